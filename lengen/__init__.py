@@ -1,0 +1,8 @@
+"""lengen: a PyTorch lab for Transformer length generalization.
+
+Train on short sequences, evaluate on long ones: the Chomsky-hierarchy (CHE) tasks, a zoo of
+positional encodings that all read positions from one tensor, position samplers, and
+training-free extrapolation methods for RoPE language models.
+"""
+
+__version__ = "0.1.0"

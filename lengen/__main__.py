@@ -1,0 +1,5 @@
+import sys
+
+from lengen.cli import main
+
+sys.exit(main())

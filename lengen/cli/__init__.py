@@ -1,0 +1,55 @@
+"""`lengen` command line. Each command group is one module with `add_parser(subparsers)` that
+sets `func` on its parser; adding a command is one module and one line in COMMANDS."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lengen.errors import LengenError
+
+# module names under lengen.cli, in the order `lengen --help` lists them
+COMMANDS = ["demo", "train", "evaluate", "tasks", "presets"]
+
+EPILOG = """examples:
+  lengen demo                                  # the README demo: rope vs randomized rope
+  lengen tasks                                 # the 15 CHE tasks with one example each
+  lengen train --task reverse_string --pe rope --positions randomized --steps 2000 --out runs/rev
+  lengen eval runs/rev --max-length 300 --positions uniform
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lengen",
+        description="A lab for Transformer length generalization: train on short sequences, "
+        "evaluate on long ones.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"lengen.cli.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except LengenError as e:
+        print(f"lengen: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lengen: interrupted; rerun the same command to resume from the last checkpoint",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

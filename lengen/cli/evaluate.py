@@ -1,0 +1,51 @@
+"""`lengen eval`: evaluate a trained run at other lengths or with another test-position mode."""
+
+from __future__ import annotations
+
+import argparse
+
+from lengen.cli.train import print_eval
+from lengen.training.run_dir import RunDir
+
+EPILOG = """examples:
+  lengen eval runs/rev-rope-rand --positions uniform              # evenly spaced test positions
+  lengen eval runs/rev-rope-rand --max-length 300 --positions standard --eval-samples 128
+
+Writes eval_<mode>_M<max-length>.json and accuracy_<mode>_M<max-length>.png into the run directory
+(the eval.json written by training is kept).
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a trained run at other lengths or position modes",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen train`")
+    p.add_argument("--max-length", type=int, metavar="M", help="evaluate lengths 1..M (default: the run's)")
+    p.add_argument("--positions", choices=["random", "uniform", "standard"],
+                   help="test-time positions (default: the run's)")
+    p.add_argument("--eval-samples", type=int, help="samples per length (default: the run's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from lengen.errors import LengenError
+    from lengen.training.config import TrainConfig
+    from lengen.training.loop import evaluate_run
+
+    run_dir = RunDir(args.run_dir)
+    cfg = TrainConfig.from_dict(run_dir.read_config())
+    if args.max_length is not None and args.max_length < 1:
+        raise LengenError(f"--max-length must be >= 1, got {args.max_length}")
+    if args.eval_samples is not None and args.eval_samples < 1:
+        raise LengenError(f"--eval-samples must be >= 1, got {args.eval_samples}")
+    max_length = args.max_length or cfg.max_length
+    from lengen.training.setup import default_test_mode
+
+    mode = args.positions or cfg.test_positions or default_test_mode(cfg.positions)
+    record = evaluate_run(run_dir, cfg=cfg, test_mode=mode, max_length=max_length,
+                          eval_samples=args.eval_samples, progress=not args.no_progress,
+                          suffix=f"_{mode}_M{max_length}")
+    print_eval(record)
+    print(f"wrote {run_dir.file(f'eval_{mode}_M{max_length}.json')}")
+    return 0

@@ -1,0 +1,30 @@
+"""`lengen tasks`: the 15 CHE tasks with their level, vocabularies and one decoded example."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tasks", help="list the CHE tasks with an example each", description=__doc__)
+    p.add_argument("--length", type=int, default=8, help="length of the examples (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the examples")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from lengen.cli.options import format_table
+    from lengen.errors import LengenError
+    from lengen.tasks import TASK_NAMES, get_task
+
+    if args.length < 1:
+        raise LengenError(f"--length must be >= 1, got {args.length}")
+    rows = []
+    for name in TASK_NAMES:
+        task = get_task(name)
+        batch = task.sample(1, args.length, np.random.default_rng(args.seed))
+        rows.append([name, task.level, task.input_vocab_size, task.output_vocab_size,
+                     task.decode_input(batch.inputs[0].tolist()), task.decode_output(batch.targets[0].tolist())])
+    print(format_table(["task", "level", "in vocab", "out vocab", f"example input (length {args.length})",
+                        "target"], rows))
+    return 0

@@ -1,0 +1,126 @@
+"""`lengen train`: train a CHE model on lengths 1..N and evaluate it on 1..M."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+
+from lengen.cli.options import format_table, parse_key_values
+from lengen.errors import LengenError
+from lengen.models.config import ModelConfig
+from lengen.training.config import TrainConfig
+
+EPILOG = """examples:
+  # the seed paper's experiment on one task: standard vs randomized RoPE
+  lengen train --task reverse_string --pe rope --steps 2000 --out runs/rev-rope
+  lengen train --task reverse_string --pe rope --positions randomized --steps 2000 --out runs/rev-rope-rand
+  # encoding options and a preset (flags always override the preset)
+  lengen train --task parity_check --pe alibi --train-length 20 --max-length 100 --out runs/par
+  lengen train --preset ruoss-randomized --task bucket_sort --out runs/bs
+
+Interrupt with Ctrl-C and rerun the same command to resume from the last checkpoint.
+The run directory gets config.json, metrics.jsonl, checkpoint.pt, eval.json and accuracy.png.
+"""
+
+# flag dest -> where it goes in TrainConfig ("model." prefix: ModelConfig)
+FLAG_TARGETS = {
+    "task": "task", "pe": "model.pe", "pe_options": "model.pe_options", "positions": "positions",
+    "position_options": "position_options", "test_positions": "test_positions", "steps": "steps",
+    "batch_size": "batch_size", "train_length": "train_length", "max_length": "max_length",
+    "eval_samples": "eval_samples", "lr": "lr", "seed": "seed", "checkpoint_every": "checkpoint_every",
+    "log_every": "log_every", "max_position": "model.max_position", "layers": "model.num_layers",
+    "heads": "model.num_heads", "d_model": "model.d_model", "d_ff": "model.d_ff",
+    "dropout": "model.dropout", "norm": "model.norm", "logit_scale": "model.logit_scale",
+    "key_norm": "model.key_norm", "grad_clip": "grad_clip",
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train", help="train a CHE model and evaluate it past its training length",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("task and data")
+    g.add_argument("--task", help="one of `lengen tasks` (default reverse_string)")
+    g.add_argument("--train-length", type=int, metavar="N", help="train on lengths U{1..N} (default 40)")
+    g.add_argument("--max-length", type=int, metavar="M", help="evaluate lengths 1..M (default 500)")
+    g.add_argument("--eval-samples", type=int, help="samples per evaluated length (default 512)")
+    g = p.add_argument_group("positions")
+    g.add_argument("--pe", help="positional encoding: none, sincos, learned, relative, alibi, rope, ... (default rope)")
+    g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
+                   help="encoding option, repeatable (e.g. base=500)")
+    g.add_argument("--positions", help="training position sampler: standard, randomized, ... (default standard)")
+    g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
+                   help="sampler option, repeatable")
+    g.add_argument("--test-positions", choices=["random", "uniform", "standard"],
+                   help="test-time positions (default: random for randomized training, else standard)")
+    g.add_argument("--max-position", type=int, help="positions are drawn from [0, max_position) (default 2048)")
+    g = p.add_argument_group("model (defaults: the seed paper's encoder)")
+    g.add_argument("--layers", type=int, help="blocks (5)")
+    g.add_argument("--heads", type=int, help="attention heads (8)")
+    g.add_argument("--d-model", type=int, help="width (64)")
+    g.add_argument("--d-ff", type=int, help="feed-forward width (256)")
+    g.add_argument("--dropout", type=float, help="dropout (0.1)")
+    g.add_argument("--norm", choices=["post", "pre"], help="LayerNorm placement (post)")
+    g.add_argument("--logit-scale", help="attention logit scaling: none, log_n, log_n_clipped, log_n_position")
+    g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise attention keys")
+    g = p.add_argument_group("optimisation and run")
+    g.add_argument("--preset", help="named defaults for a seed experiment (see `lengen presets`)")
+    g.add_argument("--steps", type=int, help="training steps (default 10000)")
+    g.add_argument("--batch-size", type=int, help="batch size (default 128)")
+    g.add_argument("--lr", type=float, help="Adam learning rate (default 1e-4)")
+    g.add_argument("--grad-clip", type=float, help="global gradient-norm clip (default 1.0)")
+    g.add_argument("--seed", type=int, help="seed of weights, data and positions (default 0)")
+    g.add_argument("--checkpoint-every", type=int, metavar="K", help="checkpoint every K steps (default 500)")
+    g.add_argument("--log-every", type=int, help="metrics row every this many steps (default 50)")
+    g.add_argument("--out", help="run directory (default runs/TASK-PE-POSITIONS-sSEED)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def _set(target: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        target = target.setdefault(k, {})
+    target[keys[-1]] = value
+
+
+def config_from_args(args) -> TrainConfig:
+    d = TrainConfig().to_dict()
+    given = {k: v for k, v in vars(args).items() if k in FLAG_TARGETS and v is not None}
+    for key in ("pe_options", "position_options"):
+        if key in given:
+            given[key] = parse_key_values(given[key], "--" + key.replace("_options", "-option"))
+    if getattr(args, "preset", None):
+        from lengen.presets import get_preset
+
+        preset = {k: v for k, v in get_preset(args.preset).items() if k != "description"}
+        unknown = set(preset) - set(FLAG_TARGETS)
+        if unknown:
+            raise LengenError(f"preset {args.preset!r} sets unknown keys {sorted(unknown)}")
+        given = {**preset, **given}
+    for key, value in given.items():
+        _set(d, FLAG_TARGETS[key], value)
+    valid_model = {f.name for f in fields(ModelConfig)}
+    assert set(d["model"]) <= valid_model
+    return TrainConfig.from_dict(d)
+
+
+def print_eval(record: dict) -> None:
+    print(f"\n{record['task']}  pe={record['pe']}  positions={record['positions']}  "
+          f"test positions={record['test_positions']}")
+    rows = [[b["lengths"], b["accuracy"]] for b in record["bands"]]
+    print(format_table(["lengths", "accuracy"], rows))
+    if record["score"] is not None:
+        print(f"score (mean accuracy over {record['train_length'] + 1}..{record['max_length']}): "
+              f"{record['score']:.3f}")
+
+
+def run(args) -> int:
+    from lengen.training.loop import train
+
+    cfg = config_from_args(args)
+    out = args.out or f"runs/{cfg.task}-{cfg.model.pe}-{cfg.positions}-s{cfg.seed}"
+    record = train(cfg, out, progress=not args.no_progress)
+    print_eval(record)
+    print(f"run directory: {Path(out)}  (eval.json, accuracy.png, metrics.jsonl)")
+    return 0

@@ -1,0 +1,35 @@
+"""Positional encodings by name. Adding one: a module with a PositionalEncoding subclass and
+one `ENCODINGS.add` line here."""
+
+from __future__ import annotations
+
+from lengen.encodings.alibi import AlibiEncoding
+from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.learned import LearnedEncoding
+from lengen.encodings.none import NoEncoding
+from lengen.encodings.relative import RelativeEncoding
+from lengen.encodings.rope import RopeEncoding
+from lengen.encodings.sincos import SinCosEncoding
+from lengen.errors import LengenError
+from lengen.registry import Registry
+
+ENCODINGS: Registry[type[PositionalEncoding]] = Registry("positional encoding")
+ENCODINGS.add("none", NoEncoding)
+ENCODINGS.add("sincos", SinCosEncoding)
+ENCODINGS.add("learned", LearnedEncoding)
+ENCODINGS.add("relative", RelativeEncoding)
+ENCODINGS.add("alibi", AlibiEncoding)
+ENCODINGS.add("rope", RopeEncoding)
+
+
+def build_encoding(cfg) -> PositionalEncoding:
+    cls = ENCODINGS.get(cfg.pe)
+    try:
+        enc = cls(cfg, **cfg.pe_options)
+    except TypeError as e:
+        raise LengenError(f"bad options {cfg.pe_options} for encoding {cfg.pe!r}: {e}") from None
+    enc.registry_name = cfg.pe
+    return enc
+
+
+__all__ = ["ENCODINGS", "PositionalEncoding", "build_encoding"]

@@ -1,0 +1,79 @@
+"""The interface every positional encoding implements.
+
+Positions are data: the model passes a position tensor (int or float, shape [1, T] shared by the
+batch or [B, T]) and each encoding reads what it needs from it. An encoding may use any of three
+hooks, which the model calls in this order:
+
+  embed(x, pos)                        absolute encodings add to the token embeddings
+  prepare(pos_q, pos_k) -> state       once per forward pass: work shared by all layers
+  transform_qk(layer, state, q, k)     rotate or augment queries/keys (RoPE, Transformer-XL)
+  bias(layer, state) -> [B|1,H,Tq,Tk]  an additive attention bias (ALiBi, T5, FIRE, ...)
+
+Tensors q, k are [B, H, T, head_dim]. `transform_qk` may return a wider head dim (the extra
+columns join the dot product); the softmax scale is fixed beforehand from the model's head dim.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from lengen.errors import LengenError
+
+if TYPE_CHECKING:  # the model imports the encodings; only type hints go the other way
+    from lengen.models.config import ModelConfig
+
+
+class PositionalEncoding(nn.Module):
+    #: whether non-integer positions make sense (False for lookup tables and integer buckets)
+    accepts_float_positions: bool = True
+    #: whether the encoding attends only through relative positions (shift invariant)
+    relative: bool = False
+
+    def __init__(self, cfg: "ModelConfig"):
+        super().__init__()
+        self.cfg = cfg
+
+    # -- checks -------------------------------------------------------------------------------
+    def check_sampler(self, sampler) -> None:
+        """Refuse an incompatible position sampler at config time."""
+        if not sampler.integer and not self.accepts_float_positions:
+            raise LengenError(
+                f"encoding {self.name!r} needs integer positions, but the position sampler "
+                f"{type(sampler).__name__} produces floats"
+            )
+
+    def check_positions(self, pos: torch.Tensor) -> None:
+        """Runtime check on the actual positions (cheap; overridden by table lookups)."""
+        if pos.is_floating_point() and not self.accepts_float_positions:
+            raise LengenError(f"encoding {self.name!r} needs integer positions, got floats")
+
+    @property
+    def name(self) -> str:
+        return getattr(self, "registry_name", type(self).__name__)
+
+    # -- hooks (defaults: do nothing) ---------------------------------------------------------
+    def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def prepare(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> Any:
+        return None
+
+    def transform_qk(self, layer: int, state: Any, q: torch.Tensor, k: torch.Tensor):
+        return q, k
+
+    def bias(self, layer: int, state: Any) -> torch.Tensor | None:
+        return None
+
+
+def relative_distance(pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:
+    """i - j for every (query i, key j) pair, float32, shape [B|1, 1, Tq, Tk] (a head axis)."""
+    return (pos_q.float()[:, None, :, None] - pos_k.float()[:, None, None, :])
+
+
+def sinusoid_angles(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """pos * base^(-2k/dim) for k < dim/2, in float32: shape [*pos.shape, dim/2]."""
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=pos.device) / dim)
+    return pos.float()[..., None] * inv_freq

@@ -1,0 +1,56 @@
+"""Rotary position embedding (Su et al. 2021) in the half-split layout of Hugging Face checkpoints:
+channel k pairs with k + d/2. The rotation angle is position x inv_freq, computed in float32.
+
+The functions here are shared by the training-free extrapolation methods, which change
+`inv_freq`, the `attention_factor` multiplying cos and sin, or the positions themselves."""
+
+from __future__ import annotations
+
+import torch
+
+from lengen.encodings.base import PositionalEncoding
+
+
+def default_inv_freq(dim: int, base: float = 10000.0) -> torch.Tensor:
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+
+
+def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0):
+    """cos, sin of shape [B|1, 1, T, dim] for positions [B|1, T] (a head axis for broadcasting)."""
+    freqs = pos.float()[..., None] * inv_freq.to(pos.device)
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+    return emb.cos() * attention_factor, emb.sin() * attention_factor
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first cos.shape[-1] channels of x (partial rotary leaves the rest unchanged)."""
+    d = cos.shape[-1]
+    if d == x.shape[-1]:
+        return (x * cos + rotate_half(x) * sin).to(x.dtype)
+    rot, rest = x[..., :d], x[..., d:]
+    return torch.cat([(rot * cos + rotate_half(rot) * sin).to(x.dtype), rest], dim=-1)
+
+
+class RopeEncoding(PositionalEncoding):
+    relative = True
+
+    def __init__(self, cfg, base: float = 10000.0, rotary_dim: int | None = None):
+        super().__init__(cfg)
+        self.base = float(base)
+        self.rotary_dim = int(rotary_dim or cfg.head_dim)
+        self.register_buffer("inv_freq", default_inv_freq(self.rotary_dim, self.base), persistent=False)
+
+    def prepare(self, pos_q, pos_k):
+        cos_q, sin_q = rope_cos_sin(pos_q, self.inv_freq)
+        if pos_k is pos_q:
+            return cos_q, sin_q, cos_q, sin_q
+        return (cos_q, sin_q, *rope_cos_sin(pos_k, self.inv_freq))
+
+    def transform_qk(self, layer, state, q, k):
+        cos_q, sin_q, cos_k, sin_k = state
+        return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)

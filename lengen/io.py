@@ -1,0 +1,53 @@
+"""Atomic file writes: a killed run never leaves a half-written file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def _atomic(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda f: f.write(text.encode()))
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def save_torch(path: Path, obj: Any) -> None:
+    _atomic(path, lambda f: torch.save(obj, f))
+
+
+def load_torch(path: Path) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def save_figure(path: Path, fig) -> None:
+    """Save a matplotlib figure atomically (format from the suffix)."""
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    _atomic(path, lambda f: fig.savefig(f, format=fmt, dpi=120, bbox_inches="tight"))

@@ -1,0 +1,86 @@
+"""Multi-head self-attention that delegates everything positional to the encoding's hooks and runs
+through torch's fused scaled_dot_product_attention (an additive bias goes in as attn_mask).
+
+Attention variants (ModelConfig.logit_scale, ModelConfig.key_norm) apply in training and
+evaluation alike; see lengen/models/logit_scaling.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lengen.models.config import ModelConfig
+from lengen.models.logit_scaling import logit_scale_factor
+
+
+@dataclass
+class AttentionContext:
+    """What every layer of one forward pass shares."""
+
+    pe_state: Any
+    pos_q: torch.Tensor            # [B|1, Tq]
+    pos_k: torch.Tensor            # [B|1, Tk]
+    causal: bool
+
+
+def causal_additive_mask(tq: int, tk: int, device) -> torch.Tensor:
+    """0 where key j <= query i (queries are the last tq of tk positions), -inf elsewhere."""
+    i = torch.arange(tk - tq, tk, device=device)[:, None]
+    j = torch.arange(tk, device=device)[None, :]
+    return torch.zeros(tq, tk, device=device).masked_fill(j > i, float("-inf"))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int, pe):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.pe = [pe]  # a list so the shared encoding is not registered once per layer
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def project(self, x: torch.Tensor):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.num_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        return q, k, v  # each [B, H, T, hd]
+
+    def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
+        cfg, pe = self.cfg, self.pe[0]
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        if cfg.key_norm:
+            # KeyNorm (Su 2023): q.k/||k||, i.e. unit keys and no 1/sqrt(d).
+            k = F.normalize(k, dim=-1)
+            scale = 1.0
+        q, k = pe.transform_qk(self.layer, ctx.pe_state, q, k)
+        factor = logit_scale_factor(cfg, ctx.pos_q, k.shape[-2])
+        if factor is not None:
+            if isinstance(factor, torch.Tensor):
+                q = q * factor.to(q.dtype)  # per-query factor, [B|1, 1, Tq, 1]
+            else:
+                scale *= factor
+        bias = pe.bias(self.layer, ctx.pe_state)
+        tq, tk = q.shape[-2], k.shape[-2]
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            if ctx.causal:
+                bias = bias + causal_additive_mask(tq, tk, q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        elif ctx.causal and tq > 1:
+            if tq == tk:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+            else:
+                mask = causal_additive_mask(tq, tk, q.device).to(q.dtype)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        return out
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.project(x)
+        out = self.attend(q, k, v, ctx)
+        return self.out(out.transpose(1, 2).reshape(B, T, D))

@@ -1,0 +1,1 @@
+"""Training and evaluation of CHE models; run directories shared with the language models."""

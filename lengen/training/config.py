@@ -1,0 +1,57 @@
+"""The configuration of one CHE run: a dataclass saved as config.json in the run directory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lengen.errors import LengenError
+from lengen.models.config import ModelConfig
+
+
+@dataclass
+class TrainConfig:
+    task: str = "reverse_string"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    positions: str = "standard"          # training position sampler
+    position_options: dict = field(default_factory=dict)
+    test_positions: str | None = None    # random | uniform | standard; None = the sampler's default
+    steps: int = 10000
+    batch_size: int = 128
+    train_length: int = 40               # N: each step draws one length from U{1..N}
+    max_length: int = 500                # M: evaluate lengths 1..M
+    eval_samples: int = 512              # per length
+    eval_seed: int = 1234                # fixed: every run sees the same evaluation data
+    eval_tokens: int = 65536             # evaluation batch = eval_tokens // sequence length
+    lr: float = 1e-4
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 500
+    log_every: int = 50
+
+    #: keys that define what the checkpoint is; the others may change when a run is resumed
+    IDENTITY = ["task", "model", "positions", "position_options", "batch_size", "train_length",
+                "lr", "grad_clip", "seed", "log_every"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        model = ModelConfig(**d.pop("model", {}))
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(d) - known
+        if unknown:
+            raise LengenError(f"unknown config keys {sorted(unknown)}")
+        return cls(model=model, **d)
+
+    def validate(self) -> None:
+        for name in ("batch_size", "train_length", "max_length", "eval_samples", "checkpoint_every",
+                     "log_every", "eval_tokens"):
+            if getattr(self, name) < 1:
+                raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 0:
+            raise LengenError(f"steps must be >= 0, got {self.steps}")
+        if self.lr <= 0:
+            raise LengenError(f"lr must be > 0, got {self.lr}")
+        self.model.validate()

@@ -1,0 +1,60 @@
+"""Build and cross-check the pieces of a run before any work starts, so bad combinations fail at
+config time with one message (unknown names, lengths beyond max_position, float positions fed
+to a lookup table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lengen.errors import LengenError
+from lengen.models import CHEModel
+from lengen.positions import PositionSampler, build_sampler, test_sampler
+from lengen.tasks import Task, get_task
+from lengen.training.config import TrainConfig
+
+
+@dataclass
+class RunParts:
+    task: Task
+    model: CHEModel
+    train_sampler: PositionSampler
+    test_mode: str
+
+
+def total_length(task: Task, length: int) -> int:
+    """Tokens the encoder sees for an input of `length`: input plus EMPTY output slots."""
+    return task.input_length(length) + task.output_length(length)
+
+
+def default_test_mode(positions: str) -> str:
+    return "random" if positions == "randomized" else "standard"
+
+
+def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str, max_position: int):
+    """A learned table (or any encoding refusing floats) must be able to read every position."""
+    pe.check_sampler(sampler)
+    sampler.check_length(longest)
+    if not pe.accepts_float_positions and sampler.position_bound(longest) > max_position:
+        raise LengenError(
+            f"{what}: sequences of {longest} tokens need positions up to "
+            f"{int(sampler.position_bound(longest)) - 1}, but the {pe.name!r} table has only "
+            f"max_position={max_position} rows; raise --max-position or lower the length"
+        )
+
+
+def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | None = None) -> RunParts:
+    cfg.validate()
+    task = get_task(cfg.task)
+    cfg.model.train_length = cfg.model.train_length or total_length(task, cfg.train_length)
+    try:
+        sampler = build_sampler(cfg.positions, max_position=cfg.model.max_position, **cfg.position_options)
+    except TypeError as e:
+        raise LengenError(f"bad position options {cfg.position_options} for {cfg.positions!r}: {e}") from None
+    model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
+    pe = model.encoder.pe
+    check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training", cfg.model.max_position)
+    mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
+    evaluator = test_sampler(mode, cfg.positions, cfg.model.max_position)
+    longest = total_length(task, max_length or cfg.max_length)
+    check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions", cfg.model.max_position)
+    return RunParts(task=task, model=model, train_sampler=sampler, test_mode=mode)
