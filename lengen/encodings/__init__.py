@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.fire import FireEncoding, FireSharedEncoding
+from lengen.encodings.kerple import KerpleLogEncoding, KerplePowerEncoding
 from lengen.encodings.learned import LearnedEncoding
 from lengen.encodings.none import NoEncoding
 from lengen.encodings.relative import RelativeEncoding
 from lengen.encodings.rope import RopeEncoding
+from lengen.encodings.sandwich import SandwichEncoding
 from lengen.encodings.sincos import SinCosEncoding
+from lengen.encodings.t5 import T5Encoding
 from lengen.errors import LengenError
 from lengen.registry import Registry
 
@@ -20,6 +24,12 @@ ENCODINGS.add("learned", LearnedEncoding)
 ENCODINGS.add("relative", RelativeEncoding)
 ENCODINGS.add("alibi", AlibiEncoding)
 ENCODINGS.add("rope", RopeEncoding)
+ENCODINGS.add("t5", T5Encoding)
+ENCODINGS.add("kerple_log", KerpleLogEncoding)
+ENCODINGS.add("kerple_power", KerplePowerEncoding)
+ENCODINGS.add("sandwich", SandwichEncoding)
+ENCODINGS.add("fire", FireEncoding)
+ENCODINGS.add("fire_shared", FireSharedEncoding)
 
 
 def build_encoding(cfg) -> PositionalEncoding:

@@ -32,6 +32,11 @@ class PositionalEncoding(nn.Module):
     #: whether the encoding attends only through relative positions (shift invariant)
     relative: bool = False
 
+    @property
+    def position_table_size(self) -> int | None:
+        """Rows of a position lookup table, when the encoding has one (positions must be below)."""
+        return None
+
     def __init__(self, cfg: "ModelConfig"):
         super().__init__()
         self.cfg = cfg

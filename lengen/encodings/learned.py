@@ -15,6 +15,10 @@ class LearnedEncoding(PositionalEncoding):
         super().__init__(cfg)
         self.table = nn.Embedding(cfg.max_position, cfg.d_model)
 
+    @property
+    def position_table_size(self):
+        return self.table.num_embeddings
+
     def check_positions(self, pos):
         super().check_positions(pos)
         lo, hi = int(pos.min()), int(pos.max())

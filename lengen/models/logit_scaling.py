@@ -1,11 +1,20 @@
-"""Attention-logit scaling variants (seed blog, kexue.fm/archives/8823):
+"""Attention-logit scaling variants ("log n scaled attention", Su, kexue.fm/archives/8823 and 9444):
 
-  none            the usual 1/sqrt(d)
-  log_n           logits x log(n)/log(m): n = current key length, m = ModelConfig.train_length
-  log_n_clipped   logits x max(1, log(n)/log(m))
-  log_n_position  the query at position i uses max(1, log(i+1)/log(m)) (for causal models)
+  none            the usual q.k / sqrt(d)
+  log_n           q.k / sqrt(d) * log(n) / log(m)          (= log_m n, the seed's formula)
+  log_n_clipped   q.k / sqrt(d) * max(1, log(n) / log(m))  (never sharper than trained below m)
+  log_n_position  per query: n = the number of keys that query attends to, clipped as above
 
-m is stored in the model config, so it travels with the checkpoint."""
+n is the number of keys attended to and m = ModelConfig.train_length, the training sequence length
+(stored in the model config, so it travels with the checkpoint). The scale is exactly 1 at n = m.
+For a causal model the query at index t of Tk keys attends to t + 1 of them (counting tokens, not
+position values: with randomized positions the two differ, and the entropy argument behind log n
+is about how many tokens share the softmax). A bidirectional query sees every key, so there
+log_n_position equals log_n_clipped.
+
+The factor multiplies q.k only; additive position biases (ALiBi, T5, FIRE, ...) are not scaled.
+With key_norm the factor multiplies q.k/||k|| in the same way.
+"""
 
 from __future__ import annotations
 
@@ -25,18 +34,34 @@ def check_logit_scale(cfg) -> None:
         raise LengenError(f"logit_scale {cfg.logit_scale!r} needs a training length >= 2")
 
 
+def log_ratio(n, m: int):
+    """log(n) / log(m), for a number or a tensor of key counts n >= 1."""
+    if isinstance(n, torch.Tensor):
+        return torch.log(n.float().clamp(min=1.0)) / math.log(m)
+    return math.log(max(n, 1)) / math.log(m)
+
+
+def keys_per_query(tq: int, tk: int, causal: bool, device=None) -> torch.Tensor:
+    """How many keys each of the tq queries attends to: [tq]. The queries are the last tq of the
+    tk positions (as in the causal mask and in incremental decoding)."""
+    if not causal:
+        return torch.full((tq,), float(tk), device=device)
+    return torch.arange(tk - tq + 1, tk + 1, dtype=torch.float32, device=device)
+
+
 def logit_scale_factor(cfg, pos_q: torch.Tensor, n: int):
     """None (no change), a float multiplying the softmax scale, or a per-query tensor
-    [B|1, 1, Tq, 1] multiplying the queries."""
+    [1, 1, Tq, 1] multiplying the queries. `pos_q` [B|1, Tq] gives Tq and the device; `n` is
+    the number of keys."""
     mode = cfg.logit_scale
     if mode == "none":
         return None
-    log_m = math.log(cfg.train_length)
+    m = cfg.train_length
     if mode == "log_n":
-        return math.log(max(n, 1)) / log_m
+        return log_ratio(n, m)
     if mode == "log_n_clipped":
-        return max(1.0, math.log(max(n, 1)) / log_m)
+        return max(1.0, log_ratio(n, m))
     if mode == "log_n_position":
-        f = torch.log(pos_q.float().clamp(min=0) + 1.0) / log_m
-        return f.clamp(min=1.0)[:, None, :, None]
+        counts = keys_per_query(pos_q.shape[-1], n, cfg.causal, pos_q.device)
+        return log_ratio(counts, m).clamp(min=1.0)[None, None, :, None]
     raise LengenError(f"unknown logit_scale {mode!r}")

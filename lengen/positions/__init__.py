@@ -2,6 +2,7 @@
 modes of a randomized run are `random` (sample as in training), `uniform` and `standard`."""
 
 from lengen.positions.base import PositionSampler
+from lengen.positions.equal_mean import EqualMeanPositions
 from lengen.positions.randomized import RandomizedPositions
 from lengen.positions.standard import StandardPositions
 from lengen.positions.uniform import UniformPositions
@@ -11,6 +12,7 @@ SAMPLERS: Registry[type[PositionSampler]] = Registry("position sampler")
 SAMPLERS.add("standard", StandardPositions)
 SAMPLERS.add("randomized", RandomizedPositions)
 SAMPLERS.add("uniform", UniformPositions)
+SAMPLERS.add("equal_mean", EqualMeanPositions)
 
 #: test-time position modes: name -> sampler name
 TEST_MODES = {"random": "randomized", "uniform": "uniform", "standard": "standard"}

@@ -30,15 +30,17 @@ def default_test_mode(positions: str) -> str:
     return "random" if positions == "randomized" else "standard"
 
 
-def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str, max_position: int):
-    """A learned table (or any encoding refusing floats) must be able to read every position."""
+def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
+    """Float positions need an encoding that accepts them; a position table must have a row for
+    every position the sampler can produce."""
     pe.check_sampler(sampler)
     sampler.check_length(longest)
-    if not pe.accepts_float_positions and sampler.position_bound(longest) > max_position:
+    rows = pe.position_table_size
+    if rows is not None and sampler.position_bound(longest) > rows:
         raise LengenError(
             f"{what}: sequences of {longest} tokens need positions up to "
             f"{int(sampler.position_bound(longest)) - 1}, but the {pe.name!r} table has only "
-            f"max_position={max_position} rows; raise --max-position or lower the length"
+            f"max_position={rows} rows; raise --max-position or lower the length"
         )
 
 
@@ -52,9 +54,9 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
         raise LengenError(f"bad position options {cfg.position_options} for {cfg.positions!r}: {e}") from None
     model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
     pe = model.encoder.pe
-    check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training", cfg.model.max_position)
+    check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
     mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
     evaluator = test_sampler(mode, cfg.positions, cfg.model.max_position)
     longest = total_length(task, max_length or cfg.max_length)
-    check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions", cfg.model.max_position)
+    check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions")
     return RunParts(task=task, model=model, train_sampler=sampler, test_mode=mode)

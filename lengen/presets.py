@@ -1,0 +1,87 @@
+"""Named training defaults for the seeds' experiments (`lengen train --preset NAME`).
+
+A preset maps `lengen train` flag dests (pe, pe_options, positions, position_options,
+test_positions, logit_scale, key_norm, lr, ...) to values, plus a `description`. Flags given on
+the command line always override the preset. Everything else keeps the CHE defaults of the seed
+paper (5 layers, 8 heads, d_model 64, batch 128, train lengths U{1..40}, test 1..500).
+"""
+
+from __future__ import annotations
+
+from lengen.errors import LengenError
+
+PRESETS: dict[str, dict] = {
+    "ruoss-randomized": {
+        "description": "Ruoss et al. 2023: randomized positions (sorted distinct integers from "
+                       "[0, 2048)) with the Transformer-XL relative encoding, their best family "
+                       "on average and the encoding of their reference example; positions are "
+                       "sampled at test time too, as in the paper.",
+        "pe": "relative",
+        "pe_options": {},
+        "positions": "randomized",
+        "position_options": {},
+        "test_positions": "random",
+        "logit_scale": "none",
+        "key_norm": False,
+        "lr": 1e-4,
+    },
+    "su-equal-mean": {
+        "description": "Su (kexue.fm/archives/9444): equal-mean random positions (span ~ "
+                       "Exp(mean T), T float positions evenly over [0, span]) with log-n scaled "
+                       "attention and RoPE (a functional encoding, as the blog requires); "
+                       "standard positions at test time.",
+        "pe": "rope",
+        "pe_options": {},
+        "positions": "equal_mean",
+        "position_options": {"distribution": "exponential"},
+        "test_positions": "standard",
+        "logit_scale": "log_n",
+        "key_norm": False,
+        "lr": 1e-4,
+    },
+    "fire": {
+        "description": "Li et al. 2023: FIRE, one MLP bias per layer (two hidden layers of 32), "
+                       "threshold L initialised at the training length, standard positions.",
+        "pe": "fire",
+        "pe_options": {},
+        "positions": "standard",
+        "position_options": {},
+        "test_positions": "standard",
+        "logit_scale": "none",
+        "key_norm": False,
+        "lr": 1e-4,
+    },
+    "fire-s": {
+        "description": "Li et al. 2023: FIRE-S, one FIRE bias shared by all layers (computed "
+                       "once per forward pass), standard positions.",
+        "pe": "fire_shared",
+        "pe_options": {},
+        "positions": "standard",
+        "position_options": {},
+        "test_positions": "standard",
+        "logit_scale": "none",
+        "key_norm": False,
+        "lr": 1e-4,
+    },
+    "su-key-norm": {
+        "description": "Su (kexue.fm/archives/9859): RoPE with L2-normalised keys, logits "
+                       "q.k/||k|| (the blog found key norm helps only together with RoPE).",
+        "pe": "rope",
+        "pe_options": {},
+        "positions": "standard",
+        "position_options": {},
+        "test_positions": "standard",
+        "logit_scale": "none",
+        "key_norm": True,
+        "lr": 1e-4,
+    },
+}
+
+
+def get_preset(name: str) -> dict:
+    """A copy of the named preset (nested dicts copied too, so callers may change it)."""
+    try:
+        preset = PRESETS[name]
+    except KeyError:
+        raise LengenError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in preset.items()}
