@@ -8,6 +8,7 @@ from torch import nn
 from lengen.encodings import build_encoding
 from lengen.models.attention import AttentionContext, SelfAttention
 from lengen.models.config import ModelConfig
+from lengen.models.dropout import Dropout
 from lengen.models.logit_scaling import check_logit_scale
 
 
@@ -19,7 +20,7 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         if self.pre_norm:
@@ -40,7 +41,7 @@ class Transformer(nn.Module):
         self.pe = build_encoding(cfg)
         self.blocks = nn.ModuleList(Block(cfg, i, self.pe) for i in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         if pos.dim() == 1:
