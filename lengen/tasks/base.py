@@ -30,6 +30,10 @@ class Task(abc.ABC):
     level: str
     input_vocab_size: int
     output_vocab_size: int
+    # Optional symbol tables for decode_input/decode_output, joined with `symbol_sep`.
+    input_symbols: tuple[str, ...] | None = None
+    output_symbols: tuple[str, ...] | None = None
+    symbol_sep: str = ""
 
     @abc.abstractmethod
     def output_length(self, length: int) -> int:
@@ -51,15 +55,49 @@ class Task(abc.ABC):
         out = self._sample(batch_size, length, rng)
         inputs, targets = out[0], out[1]
         mask = out[2] if len(out) == 3 else np.ones(np.shape(targets), dtype=bool)
+        # np.array copies: solvers may return views with negative strides, which torch refuses.
         return Batch(
-            inputs=torch.as_tensor(np.asarray(inputs), dtype=torch.int64),
-            targets=torch.as_tensor(np.asarray(targets), dtype=torch.int64),
-            mask=torch.as_tensor(np.asarray(mask), dtype=torch.bool),
+            inputs=torch.from_numpy(np.array(inputs, dtype=np.int64)),
+            targets=torch.from_numpy(np.array(targets, dtype=np.int64)),
+            mask=torch.from_numpy(np.array(mask, dtype=bool)),
         )
 
+    def solve(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(targets, mask) for inputs [B, L]: the deterministic half of `_sample`, public for tests."""
+        raise NotImplementedError(f"{self.name} has no solver")
+
     def decode_input(self, tokens) -> str:
-        """Human-readable input (for `lengen tasks`). Override for tasks with symbols."""
-        return " ".join(str(int(t)) for t in tokens)
+        """Human-readable input (for `lengen tasks`), through `input_symbols` when set."""
+        if self.input_symbols is None:
+            return " ".join(str(int(t)) for t in tokens)
+        return join_symbols(tokens, self.input_symbols, self.symbol_sep)
 
     def decode_output(self, tokens) -> str:
-        return " ".join(str(int(t)) for t in tokens)
+        if self.output_symbols is None:
+            return " ".join(str(int(t)) for t in tokens)
+        return join_symbols(tokens, self.output_symbols, self.symbol_sep)
+
+
+def _symbol(t: int, symbols) -> str:
+    return symbols[t] if 0 <= t < len(symbols) else f"<{t}>"
+
+
+def join_symbols(tokens, symbols, sep: str = "") -> str:
+    """Render token ids through a symbol table; ids outside it show as <id> rather than failing."""
+    return sep.join(_symbol(int(t), symbols) for t in tokens)
+
+
+def decode_terminated(tokens, symbols, sep: str = "", terminator: int = 2) -> str:
+    """The answer, `|` for the terminator, then `.` per padding 0 (any other id after it shown as is)."""
+    tokens = [int(t) for t in tokens]
+    end = tokens.index(terminator) if terminator in tokens else len(tokens)
+    parts = [_symbol(t, symbols) for t in tokens[:end]]
+    if end < len(tokens):
+        parts.append("|")
+        parts += ["." if t == 0 else _symbol(t, symbols) for t in tokens[end + 1:]]
+    return sep.join(parts)
+
+
+def full_mask(targets: np.ndarray) -> np.ndarray:
+    """Every output position counts (all tasks without a terminator)."""
+    return np.ones(np.shape(targets), dtype=bool)
