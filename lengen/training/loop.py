@@ -63,7 +63,7 @@ def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen):
     torch.nn.utils.clip_grad_norm_(parts.model.parameters(), cfg.grad_clip)
     optimizer.step()
     correct, count = masked_accuracy_counts(logits.detach(), batch.targets, batch.mask)
-    return float(loss), correct, count
+    return float(loss.detach()), correct, count
 
 
 def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bool = True) -> dict:
