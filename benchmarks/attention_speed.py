@@ -1,0 +1,185 @@
+"""Time and peak memory of each extrapolation method's attention against plain causal SDPA.
+
+    python benchmarks/attention_speed.py --lengths 1024,4096,16384 --repeats 3
+    python benchmarks/attention_speed.py --methods rerope:window=512,self_extend --lengths 16384
+
+Shapes: batch 1, --heads x --head-dim (default 8 x 64, a small LLM's head), float32, positions
+0..T-1, un-rotated q, k, v; RopeSpec(head_dim, 10000, --train-length 2048). Each method runs
+`method.attend(q, k, v, pos, pos)`, i.e. including its rotations; the baseline is
+`F.scaled_dot_product_attention(q, k, v, is_causal=True)` on the same tensors (no rotation).
+
+Time: per length, rounds of (baseline, every method) interleaved so a noisy neighbour slows all
+alike; the minimum over --repeats rounds after one warm-up call; ratio = method / baseline. Both
+wall-clock time and the CPU time of this process (time.process_time, all threads) are reported:
+on a CPU shared with other jobs the wall clock mostly measures the neighbours, while CPU time
+with --threads 1 is what the call itself costs.
+
+Memory: on CUDA, torch.cuda.max_memory_allocated during one call minus the memory allocated
+before it. On CPU there is no allocator counter, so each (method, length) runs in a fresh
+subprocess that allocates the inputs, resets the kernel's peak-RSS mark (/proc/self/clear_refs,
+falling back to getrusage) and reports peak RSS during its first call minus RSS before it: an
+honest upper bound on the call's extra memory (output and rotated copies included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lengen.extrapolation import RopeSpec, build_method  # noqa: E402
+
+DEFAULT_METHODS = [
+    "rope", "yarn:factor=8", "dynamic:factor=8", "rerope:window=512", "leaky_rerope:window=512",
+    "self_extend:group=8,window=512", "lambda", "sinks",
+]
+BASELINE = "sdpa"
+
+
+def inputs(T, heads, head_dim, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, heads, T, head_dim, generator=g).to(device) for _ in range(3))
+    return q, k, v, torch.arange(T, device=device)[None]
+
+
+def runner(spec, args, device):
+    if spec == BASELINE:
+        return lambda q, k, v, pos: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    method = build_method(spec, RopeSpec(args.head_dim, 10000.0, args.train_length))
+    return lambda q, k, v, pos: method.attend(q, k, v, pos, pos)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_length(T, specs, args, device):
+    """{spec: (best wall seconds, best CPU seconds)} from interleaved rounds."""
+    q, k, v, pos = inputs(T, args.heads, args.head_dim, device)
+    fns = {s: runner(s, args, device) for s in [BASELINE] + specs}
+    for fn in fns.values():  # warm-up
+        fn(q, k, v, pos)
+    sync(device)
+    wall = {s: float("inf") for s in fns}
+    cpu = dict(wall)
+    for _ in range(args.repeats):
+        for s, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn(q, k, v, pos)
+            sync(device)
+            wall[s] = min(wall[s], time.perf_counter() - t0)
+            cpu[s] = min(cpu[s], time.process_time() - c0)
+    return {s: (wall[s], cpu[s]) for s in fns}
+
+
+def _rss_kib(field):
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1))
+
+
+def peak_memory_here(spec, T, args, device):
+    """Bytes of extra memory at the peak of one call, measured in this process."""
+    q, k, v, pos = inputs(T, args.heads, args.head_dim, device)
+    fn = runner(spec, args, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn(q, k, v, pos)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # peak RSS := current RSS
+        before = _rss_kib("VmRSS")
+        out = fn(q, k, v, pos)
+        peak = _rss_kib("VmHWM")
+    except OSError:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = fn(q, k, v, pos)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    del out
+    return max(0, peak - before) * 1024
+
+
+def peak_memory(spec, T, args, device):
+    if device.type == "cuda":
+        return peak_memory_here(spec, T, args, device)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", spec, "--lengths", str(T),
+           "--heads", str(args.heads), "--head-dim", str(args.head_dim),
+           "--train-length", str(args.train_length), "--device", "cpu", "--threads", str(args.threads)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])["bytes"]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", default="1024,4096,16384")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="method specs separated by ';' (or ',' between specs without options)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--train-length", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if args.device == "auto" else args.device))
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps({"bytes": peak_memory_here(args.worker, lengths[0], args, device)}))
+        return
+    specs = split_specs(args.methods)
+    print(f"# device {device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"1 x {args.heads} heads x {args.head_dim}, train length {args.train_length}, "
+          f"best of {args.repeats}")
+    print("| T | method | wall ms | x SDPA | CPU ms | x SDPA | peak MB | x SDPA |")
+    print("|---|---|---|---|---|---|---|---|")
+    for T in lengths:
+        best = time_length(T, specs, args, device)
+        mem = {} if args.no_memory else {s: peak_memory(s, T, args, device) for s in [BASELINE] + specs}
+        (w0, c0) = best[BASELINE]
+        for s in [BASELINE] + specs:
+            w, c = best[s]
+            row = f"| {T} | {s} | {w * 1e3:.0f} | {w / w0:.2f} | {c * 1e3:.0f} | {c / c0:.2f} |"
+            if mem:
+                base = max(mem[BASELINE], 1)
+                row += f" {mem[s] / 2**20:.1f} | {mem[s] / base:.2f} |"
+            else:
+                row += " - | - |"
+            print(row, flush=True)
+
+
+def split_specs(text: str) -> list[str]:
+    """'rerope:window=512,block=128;lambda' or 'rope,yarn:factor=8,rerope': a comma starts a new
+    spec when what follows has no '=' before the next ':' / ',' (i.e. it is a name, not an option)."""
+    if ";" in text:
+        return [s.strip() for s in text.split(";") if s.strip()]
+    specs, current = [], ""
+    for item in text.split(","):
+        if current and "=" not in item.split(":")[0]:
+            specs.append(current)
+            current = item
+        else:
+            current = f"{current},{item}" if current else item
+    return specs + ([current] if current else [])
+
+
+if __name__ == "__main__":
+    main()

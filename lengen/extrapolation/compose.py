@@ -1,0 +1,80 @@
+"""Method specs and their composition.
+
+Spec syntax:  part ("+" part)*,   part = name [":" key=value ("," key=value)*]
+e.g. "rope", "pi:factor=4", "yarn:factor=4,beta_fast=32", "rerope:window=128+logn",
+"dynamic:factor=2+self_extend:group=4,window=256+logn". Values parse as int, float, true/false,
+none, else string. A spec holds at most one frequency method (rope, pi, ntk, dynamic, yarn,
+llama3; default rope), at most one remapping method (rerope, leaky_rerope, self_extend, lambda,
+sinks) and at most one logn.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lengen.errors import LengenError
+from lengen.extrapolation.base import ExtrapolationMethod
+
+
+def parse_value(text: str):
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_spec(spec: str) -> list[tuple[str, dict]]:
+    """"yarn:factor=4+logn" -> [("yarn", {"factor": 4}), ("logn", {})]."""
+    parts = []
+    for part in re.split(r"\+(?=\s*[A-Za-z_])", spec.strip()):  # "1e+3" is not a separator
+        name, _, rest = part.partition(":")
+        name = name.strip()
+        if not name:
+            raise LengenError(f"empty method name in spec {spec!r}")
+        options = {}
+        for item in filter(None, (s.strip() for s in rest.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise LengenError(f"bad option {item!r} in spec {spec!r}; expected key=value")
+            options[key.strip()] = parse_value(value)
+        parts.append((name, options))
+    return parts
+
+
+class ComposedMethod(ExtrapolationMethod):
+    """One frequency part, an optional remapping part and an optional scale part."""
+
+    def __init__(self, frequency: ExtrapolationMethod, remap: ExtrapolationMethod | None = None,
+                 scale: ExtrapolationMethod | None = None):
+        super().__init__(frequency.rope)
+        self.frequency, self.remap, self.scale = frequency, remap, scale
+        self.parts = [p for p in (frequency, remap, scale) if p is not None]
+        self.name = "+".join(p.name for p in self.parts)
+        self.remaps = remap is not None
+        self.length_dependent = frequency.length_dependent
+
+    def rope_params(self, seq_len, device=None):
+        return self.frequency.rope_params(seq_len, device)
+
+    def query_scale(self, pos_q):
+        return None if self.scale is None else self.scale.query_scale(pos_q)
+
+    def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+        if self.remap is None:
+            return None
+        return self.remap.attention(q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
+
+    def relative_positions(self, pos_q, pos_k):
+        return (self.remap or self.frequency).relative_positions(pos_q, pos_k)
+
+    def __str__(self) -> str:
+        return "+".join(str(p) for p in self.parts)
+
+    __repr__ = __str__

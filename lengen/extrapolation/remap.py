@@ -1,0 +1,78 @@
+"""The shared base of methods that remap relative positions (ReRoPE, Leaky ReRoPE, Self-Extend,
+Lambda-mask / sinks).
+
+Each is described by four things (delta = p_i - p_j, query position p_i, key position p_j):
+  window            pairs with 0 <= delta < window keep their true distance (ordinary RoPE);
+  far_query_positions(p_i), far_key_positions(p_j)
+                    pairs with delta >= window are scored at relative position f_q(p_i) - f_k(p_j),
+                    i.e. q rotated by f_q and k by f_k (f_k = None: keys unrotated, position 0;
+                    f_q may be a [B|1, 1] column when it is the same for every query);
+  far_key_mask(p_j) which keys may be attended from beyond the window (None: all of them).
+`relative_positions` gives the resulting map r(i, j) (NaN where masked) and `attention` runs the
+blockwise two-piece attention of `lengen.extrapolation.blockwise`, never building T x T scores.
+
+Because the rotation is applied inside attention, the KV cache must hold UN-rotated keys (see
+`lengen.extrapolation.cache`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lengen.encodings.rope import apply_rotary, rope_cos_sin
+from lengen.extrapolation.base import ExtrapolationMethod
+from lengen.extrapolation.blockwise import two_piece_attention
+
+
+def constant_positions(pos: torch.Tensor, value: float) -> torch.Tensor:
+    """A [B|1, 1] column of `value`: broadcasts over the queries (one cos/sin row to compute)."""
+    return torch.full((*pos.shape[:-1], 1), float(value), dtype=torch.float64, device=pos.device)
+
+
+class RemapMethod(ExtrapolationMethod):
+    kind = "remap"
+    remaps = True
+    window: float
+
+    def __init__(self, rope, block: int = 256):
+        super().__init__(rope)
+        self.block = int(block)  # query / key block size of the blockwise attention
+        if self.block < 1:
+            raise ValueError("block must be >= 1")
+
+    def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def far_key_mask(self, pos_k: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def relative_positions(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:
+        """r(i, j) [B|1, Tq, Tk] float64 as the attention sees it; NaN where the pair is masked."""
+        pq, pk = pos_q.double(), pos_k.double()
+        delta = pq[:, :, None] - pk[:, None, :]
+        fq = self.far_query_positions(pq)
+        fk = self.far_key_positions(pk)
+        far_r = fq[:, :, None] - (0.0 if fk is None else fk[:, None, :])
+        near = (delta >= 0) & (delta < self.window)
+        far = delta >= self.window
+        mask = self.far_key_mask(pk)
+        if mask is not None:
+            far = far & mask[:, None, :]
+        r = torch.where(near, delta, far_r)
+        return r.masked_fill(~(near | far), float("nan"))
+
+    def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+        # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
+        def rotate(x, pos):
+            return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
+
+        fk = self.far_key_positions(pos_k)
+        return two_piece_attention(
+            rotate(q, pos_q), rotate(k, pos_k),
+            rotate(q, self.far_query_positions(pos_q)), rotate(k, fk),
+            v, pos_q, pos_k, self.window, scale * attention_factor ** 2,
+            far_keys=self.far_key_mask(pos_k), block=self.block,
+        )
