@@ -1,0 +1,66 @@
+"""Decoder attention: SelfAttention's weights and encoding hooks, plus what incremental decoding
+and training-free RoPE methods need.
+
+Two paths, chosen per forward pass:
+  * encoding hooks (training, and every non-RoPE encoding): SelfAttention.attend with
+    pos_q = the new tokens' positions and pos_k = all cached positions;
+  * RoPE with an extrapolation method: its entry point `method.attend` gets UN-rotated q/k (the
+    cache stores keys un-rotated), picks its frequencies for the current sequence length and may
+    replace the attention altogether (ReRoPE, Self-Extend, Lambda masks)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lengen.extrapolation.cache import RawKVCache
+from lengen.models.attention import AttentionContext, SelfAttention
+from lengen.models.logit_scaling import logit_scale_factor
+
+
+class RopeRuntime:
+    """The extrapolation method of one forward pass and its sequence length, shared by all layers."""
+
+    def __init__(self, method: Any, pos_k: torch.Tensor):
+        self.method = method
+        # HF convention: the sequence length is the largest position + 1 (matters for dynamic NTK);
+        # the keys include every query, so this is the length of the whole sequence so far.
+        self.seq_len = int(pos_k.max()) + 1
+
+
+@dataclass
+class DecoderContext(AttentionContext):
+    cache: RawKVCache | None = None   # un-rotated keys (lengen.extrapolation.cache)
+    rope: RopeRuntime | None = None
+
+
+class DecoderAttention(SelfAttention):
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.project(x)
+        cache = getattr(ctx, "cache", None)
+        if cache is not None:
+            k, v, _ = cache.update(self.layer, k, v, ctx.pos_q)
+        rope = getattr(ctx, "rope", None)
+        out = self.attend(q, k, v, ctx) if rope is None else self.attend_rope(q, k, v, ctx, rope)
+        return self.out(out.transpose(1, 2).reshape(B, T, D))
+
+    def attend_rope(self, q, k, v, ctx: AttentionContext, rope: RopeRuntime) -> torch.Tensor:
+        cfg = self.cfg
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        if cfg.key_norm:  # same variant as SelfAttention.attend
+            k = F.normalize(k, dim=-1)
+            scale = 1.0
+        factor = logit_scale_factor(cfg, ctx.pos_q, k.shape[-2])  # the model's trained scaling
+        if isinstance(factor, torch.Tensor):
+            q = q * factor.to(q.dtype)
+        elif factor is not None:
+            scale *= factor
+        # The method rotates (or remaps) q and k itself, applies its log-n query scale and is causal
+        # by position: the cached keys are un-rotated, so every step sees exactly the same logits
+        # as a full forward pass over the same tokens.
+        return rope.method.attend(q, k, v, ctx.pos_q, ctx.pos_k, scale, seq_len=rope.seq_len)

@@ -1,0 +1,72 @@
+"""The configuration of one language-model run, saved as config.json in its run directory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lengen.errors import LengenError
+from lengen.models.config import ModelConfig
+
+
+def default_lm_model() -> ModelConfig:
+    """About 0.8M parameters: big enough to beat a unigram model clearly in ~10 CPU minutes."""
+    return ModelConfig(num_layers=4, num_heads=4, d_model=128, d_ff=512, dropout=0.0, norm="pre",
+                       causal=True, pe="rope", embed_scale=False, max_position=8192)
+
+
+@dataclass
+class LMConfig:
+    model: ModelConfig = field(default_factory=default_lm_model)
+    corpus: str | None = None          # file, folder or glob; None = the Python standard library
+    val_fraction: float = 0.05         # share of documents held out (by name hash)
+    train_length: int = 256            # tokens per training window (also ModelConfig.train_length)
+    steps: int = 1800
+    batch_size: int = 16
+    lr: float = 2e-3                   # peak AdamW learning rate (linear warmup, cosine decay to 10%)
+    warmup: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    log_every: int = 20
+    val_windows: int = 128             # validation windows of train_length tokens for the final ppl
+
+    #: what defines the checkpoint; the others (checkpointing, validation size) may change on resume.
+    #: `steps` is part of it because the learning-rate schedule depends on it.
+    IDENTITY = ["model", "corpus", "val_fraction", "train_length", "steps", "batch_size", "lr", "warmup",
+                "weight_decay", "grad_clip", "seed", "log_every"]
+
+    def __post_init__(self):
+        self.model.train_length = self.train_length  # log-n scalings and methods read it from the model
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LMConfig":
+        d = dict(d)
+        model = ModelConfig(**d.pop("model", {}))
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise LengenError(f"unknown config keys {sorted(unknown)}")
+        return cls(model=model, **d)
+
+    def validate(self) -> None:
+        from lengen.encodings import ENCODINGS
+
+        ENCODINGS.get(self.model.pe)  # unknown encoding -> LengenError listing the valid ones
+        for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
+            if getattr(self, name) < 1:
+                raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("steps", "warmup"):
+            if getattr(self, name) < 0:
+                raise LengenError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise LengenError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise LengenError(f"val-fraction must be in (0, 1), got {self.val_fraction}")
+        if not self.model.causal:
+            raise LengenError("a language model must be causal")
+        if self.model.pe == "learned" and self.model.max_position < self.train_length:
+            raise LengenError(f"max-position {self.model.max_position} < train-length {self.train_length}")
+        self.model.validate()

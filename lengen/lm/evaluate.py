@@ -1,0 +1,141 @@
+"""Evaluate a trained LM run against context length with one protocol and several methods;
+write results.csv / results.json / a plot into an output directory."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from lengen.data import load_corpus, long_sequences
+from lengen.errors import LengenError
+from lengen.lm.config import LMConfig
+from lengen.lm.methods import default_methods, resolve_methods
+from lengen.lm.model import DecoderLM
+from lengen.lm.tokenizer import ByteTokenizer
+from lengen.protocols import last_segment_perplexity, passkey_accuracy, perplexity_vs_length, write_results
+from lengen.training.run_dir import RunDir
+
+PROTOCOLS = ("ppl", "last-segment", "passkey")
+
+
+@dataclass
+class LMEvalConfig:
+    methods: list[str] = field(default_factory=list)   # empty: lengen.lm.methods.default_methods
+    lengths: list[int] = field(default_factory=list)   # empty: 1x, 2x, 4x, 8x the training length
+    protocol: str = "ppl"
+    segment: int | None = None      # last-segment: scored tokens K (default: the shortest length)
+    docs: int = 16                  # ppl / last-segment: validation sequences
+    trials: int = 20                # passkey: prompts per length
+    seed: int = 0                   # passkey: prompt randomness
+    max_new_tokens: int = 10        # passkey: greedy continuation length
+    batch_size: int = 1
+
+    def validate(self, train_length: int) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise LengenError(f"unknown protocol {self.protocol!r}; valid: {', '.join(PROTOCOLS)}")
+        if not self.lengths:
+            self.lengths = [train_length * f for f in (1, 2, 4, 8)]
+        if min(self.lengths) < 1:
+            raise LengenError(f"lengths must be >= 1, got {self.lengths}")
+        self.lengths = sorted(set(self.lengths))
+        for name in ("docs", "trials", "batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.protocol == "last-segment":
+            self.segment = self.segment or min(train_length, min(self.lengths))
+            if not 1 <= self.segment <= min(self.lengths):
+                raise LengenError(f"--segment {self.segment} must be in 1..{min(self.lengths)} "
+                                  f"(the shortest length: every length scores the same last K tokens)")
+
+
+def load_run(run_dir: str | Path) -> tuple[LMConfig, DecoderLM]:
+    run = RunDir(run_dir)
+    cfg = LMConfig.from_dict(run.read_config())
+    ckpt = run.load_checkpoint()
+    if ckpt is None:
+        raise LengenError(f"{run.path} has no checkpoint yet; train it first")
+    model = DecoderLM(cfg.model, ByteTokenizer.vocab_size)
+    model.load_state_dict(ckpt["model"])
+    return cfg, model.eval()
+
+
+def _point_rows(label: str, fn, lengths: list[int]) -> list[dict]:
+    """Run `fn(length)` per length; a length the model cannot take (e.g. past a learned
+    position table, or shorter than a passkey prompt) becomes a row with NaN and a note."""
+    rows = []
+    for L in lengths:
+        try:
+            rows.append({"method": label, **fn(L).row(), "note": ""})
+        except LengenError as e:
+            rows.append({"method": label, "length": L, "ppl": math.nan, "accuracy": math.nan, "note": str(e)})
+    return rows
+
+
+def _passkey_rows(model, methods, ecfg: LMEvalConfig, meta: dict, bar) -> list[dict]:
+    tok = ByteTokenizer()
+    meta["trial_records"] = []  # every prompt's key, generated text and parsed answer
+    rows: list[dict] = []
+    for m in methods:
+        def point(L, m=m):
+            records: list[dict] = []
+            pt = passkey_accuracy(model.generate_fn(m.method), tok.encode, tok.decode, [L], ecfg.trials,
+                                  ecfg.seed, ecfg.max_new_tokens, records=records)[0]
+            meta["trial_records"] += [{"method": m.label, **r} for r in records]
+            return pt
+        rows += _point_rows(m.label, point, ecfg.lengths)
+        bar.update(len(ecfg.lengths))
+    for r in rows:
+        r.pop("ppl", None)
+    return rows
+
+
+def _ppl_rows(model, methods, ecfg: LMEvalConfig, cfg: LMConfig, meta: dict, bar) -> list[dict]:
+    corpus = load_corpus(cfg.corpus, cfg.val_fraction)
+    seqs = long_sequences(corpus.val_docs, max(ecfg.lengths) + 1, ecfg.docs, corpus.eos)
+    if not seqs:
+        raise LengenError(f"the validation documents hold fewer than {max(ecfg.lengths) + 1} tokens in all")
+    meta["docs_used"] = len(seqs)
+    rows: list[dict] = []
+    for m in methods:
+        fn = model.nll_fn(m.method)
+        if ecfg.protocol == "ppl":
+            def point(L, fn=fn):
+                return perplexity_vs_length(fn, seqs, [L], ecfg.batch_size)[0]
+        else:
+            def point(L, fn=fn):
+                return last_segment_perplexity(fn, seqs, [L], ecfg.segment, ecfg.batch_size)[0]
+        rows += _point_rows(m.label, point, ecfg.lengths)
+        bar.update(len(ecfg.lengths))
+    for r in rows:
+        r.pop("accuracy", None)
+        if ecfg.protocol == "last-segment":
+            r["segment"] = ecfg.segment
+    return rows
+
+
+def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | None = None,
+                progress: bool = True) -> dict:
+    """Evaluate every method at every length; write results.csv, results.json and the plot into
+    out_dir (default RUN_DIR/eval-PROTOCOL). Returns rows, the markdown table and the paths."""
+    cfg, model = load_run(run_dir)
+    ecfg.validate(cfg.train_length)
+    if not ecfg.methods:
+        ecfg.methods = default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
+    methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
+    out_dir = Path(out_dir) if out_dir else Path(run_dir) / f"eval-{ecfg.protocol}"
+    meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
+    bar = tqdm(total=len(methods) * len(ecfg.lengths), desc=f"lm eval {ecfg.protocol}",
+               disable=not progress, dynamic_ncols=True)
+    if ecfg.protocol == "passkey":
+        rows, metric = _passkey_rows(model, methods, ecfg, meta, bar), "accuracy"
+    else:
+        rows, metric = _ppl_rows(model, methods, ecfg, cfg, meta, bar), "ppl"
+    bar.close()
+    title = f"{cfg.model.pe} LM (train length {cfg.train_length}), {ecfg.protocol}" + (
+        f" (last {ecfg.segment} tokens)" if ecfg.segment else "")
+    table = write_results(out_dir, rows, meta, metric, cfg.train_length, title,
+                          plot_name=f"{ecfg.protocol.replace('-', '_')}_vs_length.png")
+    return {"rows": rows, "table": table, "out_dir": str(out_dir), "metric": metric, "meta": meta}

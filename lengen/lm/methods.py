@@ -1,0 +1,69 @@
+"""From method strings ("rope", "yarn:factor=4", "rerope:window=128+logn") to extrapolation
+method objects for one model. The methods themselves live in lengen.extrapolation; this module
+only parses lists, handles the plain (no-method) case and refuses methods on non-RoPE models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lengen.errors import LengenError
+
+#: names meaning "the model as trained" (no extrapolation method); valid for every encoding
+PLAIN = ("rope", "none", "base", "plain")
+
+
+@dataclass
+class ResolvedMethod:
+    label: str        # as given (or "base" for plain evaluation of a non-RoPE model)
+    method: Any       # an lengen.extrapolation method, or None for the encoding's own hooks
+
+
+def split_methods(text: str) -> list[str]:
+    """Comma-separated methods; a piece like "beta_fast=16" (an option without a method name)
+    continues the previous method, so "yarn:factor=4,beta_fast=16,pi:factor=4" has two methods."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        head = piece.split("+", 1)[0]  # "window=8+logn" continues; "logn+pi:factor=2" does not
+        if out and "=" in head and ":" not in head:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
+def default_methods(is_rope: bool, train_length: int, max_length: int) -> list[str]:
+    """Plain evaluation for non-RoPE models; for RoPE models the main families, frequency methods
+    with factor = max_length / train_length and remapping methods with their default windows."""
+    if not is_rope:
+        return ["base"]
+    f = max_length / train_length
+    factor = int(f) if f == int(f) else round(f, 3)
+    if factor <= 1:
+        return ["rope"]
+    return ["rope", f"pi:factor={factor}", f"ntk:factor={factor}", f"yarn:factor={factor}", "rerope", "self_extend"]
+
+
+def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:
+    """Build every method up front, so a bad spec fails before any evaluation runs."""
+    if not specs:
+        raise LengenError("no methods given")
+    out = []
+    for spec in specs:
+        if spec.lower() in PLAIN:
+            out.append(ResolvedMethod(spec if model.is_rope else "base", None))
+            continue
+        if not model.is_rope:
+            raise LengenError(f"method {spec!r} needs a RoPE model, but this run uses pe={model.cfg.pe!r}; "
+                              f"evaluate it plainly with --methods base")
+        try:
+            from lengen.extrapolation import build_method
+        except ImportError:  # pragma: no cover - lengen.extrapolation is written in parallel
+            raise LengenError("lengen.extrapolation.build_method is not available") from None
+        out.append(ResolvedMethod(spec, build_method(spec, model.rope_spec())))
+    labels = [m.label for m in out]
+    if len(set(labels)) != len(labels):
+        raise LengenError(f"methods listed twice: {labels}")
+    return out

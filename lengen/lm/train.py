@@ -1,0 +1,121 @@
+"""Train a decoder LM on random windows of a corpus (AdamW, warmup + cosine schedule, gradient
+clipping), then report validation perplexity at the training length next to a unigram baseline.
+Resumable like lengen.training.loop: the checkpoint holds the model, the optimiser and every random
+stream, so a resumed run ends with the same weights as an uninterrupted one."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from lengen import io
+from lengen.data import consecutive_windows, load_corpus, sample_windows
+from lengen.lm.config import LMConfig
+from lengen.lm.model import DecoderLM
+from lengen.lm.tokenizer import ByteTokenizer
+from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
+from lengen.training.run_dir import RunDir
+
+EVAL_FILE = "eval.json"
+
+
+def lr_at(step: int, cfg: LMConfig) -> float:
+    """Linear warmup to cfg.lr, then cosine decay to 10% of it at cfg.steps."""
+    if cfg.warmup and step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, t))))
+
+
+def build_model(cfg: LMConfig) -> DecoderLM:
+    torch.manual_seed(cfg.seed)  # the seed fixes the initial weights
+    return DecoderLM(cfg.model, ByteTokenizer.vocab_size)
+
+
+def make_optimizer(model: DecoderLM, cfg: LMConfig) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def lm_loss(model: DecoderLM, batch: torch.Tensor) -> torch.Tensor:
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+
+def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
+    """Perplexity at the training length on non-overlapping validation windows, and the unigram
+    model's (fit on the training documents) on the same targets."""
+    windows = consecutive_windows(corpus.stream("val"), cfg.train_length, cfg.val_windows)
+    model_pt = perplexity_vs_length(model.nll_fn(), windows, [cfg.train_length], batch_size=8)[0]
+    counts = token_counts(corpus.stream("train"), ByteTokenizer.vocab_size)
+    uni_pt = perplexity_vs_length(unigram_nll_fn(counts), windows, [cfg.train_length], batch_size=64)[0]
+    return {"val_ppl": model_pt.ppl, "val_nll": model_pt.nll, "unigram_ppl": uni_pt.ppl,
+            "val_tokens": model_pt.tokens, "train_length": cfg.train_length}
+
+
+def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
+    """Train (or resume) the run in `out`; write eval.json; return its record."""
+    cfg.validate()
+    corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
+    stream = corpus.stream("train")
+    model = build_model(cfg)
+    run = RunDir(out)
+    run.claim(cfg.to_dict(), identity_keys=LMConfig.IDENTITY)
+    optimizer = make_optimizer(model, cfg)
+    np_rng = np.random.default_rng(cfg.seed)
+    step, metrics, window = 0, [], []
+
+    ckpt = run.load_checkpoint()
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        np_rng.bit_generator.state = ckpt["rng"]["numpy"]
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        step, window = ckpt["step"], list(ckpt["window"])
+        metrics = [m for m in run.read_metrics() if m["step"] <= step]
+
+    def checkpoint():
+        run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "rng": {"numpy": np_rng.bit_generator.state, "torch": torch.get_rng_state()},
+                             "window": list(window), "config": cfg.to_dict()}, metrics)
+
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=step, desc=f"lm train {cfg.model.pe}", disable=not progress,
+               dynamic_ncols=True)
+    start = time.perf_counter()
+    while step < cfg.steps:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        batch = torch.from_numpy(sample_windows(stream, cfg.train_length, cfg.batch_size, np_rng))
+        loss = lm_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        window.append(loss.item())
+        step += 1
+        bar.update(1)
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            row = {"step": step, "loss": float(np.mean(window)), "lr": lr_at(step - 1, cfg),
+                   "tokens": step * cfg.batch_size * cfg.train_length,
+                   "seconds": round(time.perf_counter() - start, 3)}
+            metrics.append(row)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.2f}")
+            window = []
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            checkpoint()
+    bar.close()
+    if ckpt is None and cfg.steps == 0:
+        checkpoint()
+    record = {**validate(model, corpus, cfg), "steps": step, "parameters": model.num_parameters(),
+              "pe": cfg.model.pe, "corpus": corpus.summary()}
+    io.write_json(run.file(EVAL_FILE), record)
+    return record

@@ -1,0 +1,23 @@
+"""Long-context evaluation protocols, independent of any model class.
+
+A model enters as callables (see lengen.protocols.scoring):
+  nll_fn(ids [B, T], last) -> [B, last]       NLL of the final `last` tokens; nll_from_logits(
+                                              logits_fn) builds one from logits_fn(ids) -> [B, T, V]
+  generate_fn(prompt_ids, max_new_tokens) -> new ids   (passkey; greedy_generate_fn(logits_fn) is a
+                                              cache-free fallback)
+Data are token sequences. Used by `lengen lm eval` and meant for `lengen hf eval` too."""
+
+from lengen.protocols.baselines import token_counts, unigram_logits_fn, unigram_nll_fn
+from lengen.protocols.passkey import (PasskeyPoint, PasskeyTrial, greedy_generate_fn, make_trials,
+                                      parse_answer, passkey_accuracy, passkey_prompt)
+from lengen.protocols.ppl import PplPoint, last_segment_perplexity, perplexity_vs_length
+from lengen.protocols.report import pivot_table, plot_metric, write_csv, write_results
+from lengen.protocols.scoring import LogitsFn, NllFn, nll_from_logits, nll_of_targets, score_windows
+
+__all__ = [
+    "LogitsFn", "NllFn", "nll_from_logits", "score_windows", "nll_of_targets",
+    "PplPoint", "perplexity_vs_length", "last_segment_perplexity",
+    "PasskeyTrial", "PasskeyPoint", "passkey_prompt", "make_trials", "parse_answer", "passkey_accuracy",
+    "greedy_generate_fn", "unigram_logits_fn", "unigram_nll_fn", "token_counts",
+    "write_results", "write_csv", "pivot_table", "plot_metric",
+]

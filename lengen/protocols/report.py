@@ -1,0 +1,84 @@
+"""Results of a protocol run: results.csv (one row per method and length), results.json, a
+markdown table (methods x lengths) and a plot against length with the training length marked."""
+
+from __future__ import annotations
+
+import csv
+import io as _io
+import math
+from pathlib import Path
+
+from lengen import io
+from lengen.cli.options import format_table
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    buf = _io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    io.write_text(path, buf.getvalue())
+
+
+def pivot_table(rows: list[dict], metric: str, floatfmt: str = "{:.3f}") -> str:
+    """Markdown: one row per method, one column per length."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lengths = sorted({r["length"] for r in rows})
+    value = {(r["method"], r["length"]): r.get(metric) for r in rows}
+    body = []
+    for m in methods:
+        cells = []
+        for L in lengths:
+            v = value.get((m, L))
+            cells.append(None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
+        body.append([m, *cells])
+    return format_table(["method", *(str(L) for L in lengths)], body, floatfmt)
+
+
+def plot_metric(rows: list[dict], metric: str, train_length: int | None, path: Path, title: str = "",
+                log_y: bool = True) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m in dict.fromkeys(r["method"] for r in rows):
+        pts = sorted((r["length"], r[metric]) for r in rows
+                     if r["method"] == m and r.get(metric) is not None and not math.isnan(r[metric]))
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", lw=1.6, label=m)
+    if train_length:
+        ax.axvline(train_length, color="0.3", ls="--", lw=1, label=f"training length {train_length}")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    lengths = sorted({r["length"] for r in rows})
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if log_y:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    io.save_figure(Path(path), fig)
+    plt.close(fig)
+
+
+def write_results(out_dir: Path, rows: list[dict], meta: dict, metric: str, train_length: int | None,
+                  title: str = "", plot_name: str = "results.png") -> str:
+    """Write results.csv, results.json and the plot into out_dir; return the markdown table."""
+    out_dir = Path(out_dir)
+    write_csv(out_dir / "results.csv", rows)
+    table = pivot_table(rows, metric)
+    clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    io.write_json(out_dir / "results.json", {**meta, "metric": metric, "rows": clean, "table": table})
+    plot_metric(rows, metric, train_length, out_dir / plot_name, title, log_y=metric != "accuracy")
+    return table

@@ -1,0 +1,128 @@
+"""`lengen lm train` / `lengen lm eval` end to end on a tiny model and a small corpus."""
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+import lengen.lm.train as train_mod
+from lengen.cli import main
+from lengen.data import stdlib_root
+
+CORPUS = str(stdlib_root() / "json")  # a few small stdlib modules: offline and fast
+TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", "2", "--d-model", "16",
+        "--d-ff", "32", "--batch-size", "4", "--warmup", "2", "--checkpoint-every", "3", "--log-every", "2",
+        "--val-windows", "4", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def train(out, *extra):
+    return main(["lm", "train", *TINY, "--steps", "6", "--out", str(out), *extra])
+
+
+def test_train_writes_the_run_dir(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(out) == 0
+    assert {p.name for p in out.iterdir()} >= {"config.json", "checkpoint.pt", "metrics.jsonl", "eval.json"}
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["steps"] == 6 and ev["val_ppl"] > 1 and ev["unigram_ppl"] > 1 and ev["train_length"] == 16
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6]
+    text = capsys.readouterr().out
+    assert "validation perplexity" in text and "unigram" in text
+
+
+def test_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    assert train(tmp_path / "straight") == 0
+    real, calls = train_mod.sample_windows, []
+
+    def interrupt_at_step_5(*a, **k):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(train_mod, "sample_windows", interrupt_at_step_5)
+        assert train(tmp_path / "resumed") == 130  # killed after the checkpoint at step 3
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["step"] == 3
+    assert train(tmp_path / "resumed") == 0       # the same command resumes
+    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)
+    assert b["step"] == 6 and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert (tmp_path / "straight" / "metrics.jsonl").read_text().count("step") == \
+        (tmp_path / "resumed" / "metrics.jsonl").read_text().count("step")
+
+
+def test_eval_writes_results_per_method_and_length(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert train(out) == 0
+    ev = tmp_path / "ev"
+    assert main(["lm", "eval", str(out), "--methods", "rope,pi:factor=2,yarn:factor=4,beta_fast=16,rerope:window=8+logn",
+                 "--lengths", "16,32,64", "--docs", "2", "--out", str(ev), "--no-progress"]) == 0
+    df = pd.read_csv(ev / "results.csv")
+    assert {"method", "length", "ppl"} <= set(df.columns) and len(df) == 12
+    assert sorted(set(df["method"])) == sorted(["rope", "pi:factor=2", "yarn:factor=4,beta_fast=16", "rerope:window=8+logn"])
+    assert sorted(set(df["length"])) == [16, 32, 64] and (df["ppl"] > 1).all()
+    assert (ev / "ppl_vs_length.png").stat().st_size > 0
+    assert json.loads((ev / "results.json").read_text())["rows"][0]["method"] == "rope"
+    assert "| rope" in capsys.readouterr().out
+    # last-segment, default methods (factor = 48 / 16): every length scores the same K tokens
+    assert main(["lm", "eval", str(out), "--protocol", "last-segment", "--segment", "8", "--lengths", "16,48",
+                 "--docs", "2", "--out", str(tmp_path / "seg"), "--no-progress"]) == 0
+    seg = pd.read_csv(tmp_path / "seg" / "results.csv")
+    docs = json.loads((tmp_path / "seg" / "results.json").read_text())["docs_used"]
+    assert list(dict.fromkeys(seg["method"])) == ["rope", "pi:factor=3", "ntk:factor=3", "yarn:factor=3",
+                                                   "rerope", "self_extend"]
+    assert set(seg["tokens"]) == {8 * docs} and set(seg["segment"]) == {8}
+    # passkey: accuracy rows (a 6-step byte model finds no key, and that is the honest answer)
+    assert main(["lm", "eval", str(out), "--protocol", "passkey", "--lengths", "300", "--trials", "2",
+                 "--methods", "rope,dynamic:factor=2", "--out", str(tmp_path / "pk"), "--no-progress"]) == 0
+    pk = pd.read_csv(tmp_path / "pk" / "results.csv")
+    assert list(pk["method"]) == ["rope", "dynamic:factor=2"] and pk["accuracy"].between(0, 1).all()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--steps", "-1"], "steps must be >= 0"),
+    (["--steps", "2", "--pe", "nope"], "unknown positional encoding 'nope'"),
+    (["--steps", "2", "--corpus", "/nonexistent/**/*.txt"], "matches no files"),
+])
+def test_train_bad_input(tmp_path, capsys, args, message):
+    out = tmp_path / "run"
+    assert main(["lm", "train", *TINY, *args, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_eval_bad_input(tmp_path, capsys):
+    rope, alibi = tmp_path / "rope", tmp_path / "alibi"
+    assert train(rope) == 0 and train(alibi, "--pe", "alibi") == 0
+    assert train(rope, "--seed", "1") == 2
+    assert "holds another config" in capsys.readouterr().err
+    assert main(["lm", "eval", str(alibi), "--methods", "yarn:factor=4", "--no-progress"]) == 2
+    assert "needs a RoPE model" in capsys.readouterr().err
+    assert main(["lm", "eval", str(rope), "--methods", "warp:factor=2", "--no-progress"]) == 2
+    assert "unknown extrapolation method 'warp'" in capsys.readouterr().err
+    assert main(["lm", "eval", str(rope), "--segment", "4", "--no-progress"]) == 2
+    # plain evaluation of a non-RoPE model works
+    assert main(["lm", "eval", str(alibi), "--methods", "base", "--lengths", "16,64", "--docs", "1",
+                 "--out", str(tmp_path / "ev"), "--no-progress"]) == 0
+    assert list(pd.read_csv(tmp_path / "ev" / "results.csv")["method"]) == ["base", "base"]
+
+
+def test_lengths_a_model_cannot_take_become_noted_nan_rows(tmp_path):
+    run = tmp_path / "learned"
+    assert train(run, "--pe", "learned", "--max-position", "32") == 0
+    assert main(["lm", "eval", str(run), "--lengths", "16,64", "--docs", "1", "--out", str(tmp_path / "ev"),
+                 "--no-progress"]) == 0
+    df = pd.read_csv(tmp_path / "ev" / "results.csv")
+    assert df["ppl"].notna().tolist() == [True, False] and "max_position" in df["note"][1]
+    assert json.loads((tmp_path / "ev" / "results.json").read_text())["rows"][1]["ppl"] is None
