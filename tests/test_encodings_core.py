@@ -10,7 +10,6 @@ from lengen.encodings.alibi import alibi_slopes
 from lengen.encodings.rope import apply_rotary, default_inv_freq, rope_cos_sin
 from lengen.errors import LengenError
 from lengen.models import ModelConfig, Transformer
-from lengen.models.attention import AttentionContext
 
 
 def cfg(**kw):

@@ -20,14 +20,6 @@ ALL_SPECS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def qkv(B=1, H=2, Hk=None, T=30, seed=0):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)

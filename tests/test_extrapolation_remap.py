@@ -15,15 +15,6 @@ ROPE = RopeSpec(rotary_dim=16, base=10000.0, train_length=64)
 D = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: thread hand-offs would cost more than the work (the CPU is shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ---- the naive reference: r(i, j) from the formulas, q rotated by r, k by 0 ---------------------
 def r_rerope(i, j, w):
     d = i - j

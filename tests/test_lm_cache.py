@@ -34,15 +34,6 @@ def tiny(pe="rope", **kw):
     return model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Two intra-op threads on a busy 2-core machine can be 10x slower than one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def rope_model():
     return tiny()

@@ -19,10 +19,6 @@ TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def train(out, *extra):

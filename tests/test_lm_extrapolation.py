@@ -4,7 +4,6 @@ with plain RoPE than with the best of NTK, YaRN and ReRoPE (training-free method
 import os
 
 import pytest
-import torch
 
 from lengen.data import load_corpus, long_sequences
 from lengen.extrapolation import build_method
@@ -15,15 +14,6 @@ from lengen.models.config import ModelConfig
 from lengen.protocols import perplexity_vs_length
 
 TRAIN = 32
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """Two intra-op threads on a busy 2-core machine can be 10x slower than one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

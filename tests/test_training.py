@@ -47,7 +47,7 @@ def test_same_seed_same_numbers(tmp_path):
     assert a["accuracy_by_length"] == b["accuracy_by_length"]
     assert (tmp_path / "a/metrics.jsonl").read_text().split("seconds")[0] == \
         (tmp_path / "b/metrics.jsonl").read_text().split("seconds")[0]
-    c = train(small_cfg(positions="randomized", seed=4), tmp_path / "c", progress=False)
+    train(small_cfg(positions="randomized", seed=4), tmp_path / "c", progress=False)
     ma = [json.loads(line)["loss"] for line in (tmp_path / "a/metrics.jsonl").read_text().splitlines()]
     mc = [json.loads(line)["loss"] for line in (tmp_path / "c/metrics.jsonl").read_text().splitlines()]
     assert ma != mc

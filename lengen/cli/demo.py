@@ -14,9 +14,9 @@ EPILOG = """The runs are ordinary run directories (resumable: rerun to continue)
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="standard vs randomized RoPE on one task, in a few CPU minutes",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="reverse_string", help="CHE task (default reverse_string)")
+    p.add_argument("--task", default="bucket_sort", help="CHE task (default bucket_sort)")
     p.add_argument("--pe", default="rope", help="positional encoding (default rope)")
-    p.add_argument("--steps", type=int, default=1500, help="training steps per run (default 1500)")
+    p.add_argument("--steps", type=int, default=1000, help="training steps per run (default 1000)")
     p.add_argument("--train-length", type=int, default=20, help="train on lengths 1..N (default 20)")
     p.add_argument("--max-length", type=int, default=60, help="evaluate lengths 1..M (default 60)")
     p.add_argument("--eval-samples", type=int, default=128, help="samples per length (default 128)")

@@ -1,7 +1,6 @@
 """A learned absolute table with max_position rows. It cannot read positions it has no row for,
 so randomized training needs max_position >= the largest sampled position."""
 
-import torch
 from torch import nn
 
 from lengen.encodings.base import PositionalEncoding
