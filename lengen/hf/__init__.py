@@ -1,0 +1,13 @@
+"""Training-free context extension for Hugging Face causal LMs of the Llama family.
+
+    from lengen.hf import extend, restore
+    extend(model, "yarn", factor=4)        # or "dynamic", "rerope:window=512+logn", ...
+    ...
+    restore(model)                         # exactly the original model again
+
+See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
+
+from lengen.hf.arch import SUPPORTED_MODEL_TYPES
+from lengen.hf.patch import extend, extension_of, restore
+
+__all__ = ["extend", "restore", "extension_of", "SUPPORTED_MODEL_TYPES"]

@@ -1,0 +1,227 @@
+"""`lengen hf eval`'s engine: load a local Hugging Face model, apply each method in turn and run
+one protocol (lengen.hf.protocols) at every length."""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lengen.errors import LengenError
+from lengen.hf import protocols
+from lengen.hf.corpus import corpus_files, documents, stdlib_root
+from lengen.hf.arch import inspect_model
+from lengen.hf.patch import extend, restore
+
+PLAIN = "rope"   # the method name that means: the model as trained
+METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy"}
+
+
+@dataclass
+class EvalSettings:
+    model_path: str
+    methods: list[str]
+    lengths: list[int]
+    protocol: str = "ppl"
+    gguf_file: str | None = None
+    corpus: str | None = None        # None: the Python standard library's sources
+    docs: int = 2
+    segment: int | None = None       # last-segment: scored tokens (default min(lengths) // 2)
+    trials: int = 10                 # passkey prompts per length
+    seed: int = 0
+    dtype: str = "float32"
+    attn: str = "sdpa"
+    train_length: int | None = None  # default: config.max_position_embeddings
+
+    def check(self) -> None:
+        if self.protocol not in METRIC:
+            raise LengenError(f"unknown protocol {self.protocol!r}; valid: {', '.join(METRIC)}")
+        if not self.methods:
+            raise LengenError("give at least one method (--methods rope yarn:factor=4 ...)")
+        if not self.lengths or min(self.lengths) < 2:
+            raise LengenError("lengths must be >= 2 tokens")
+        if self.docs < 1 or self.trials < 1:
+            raise LengenError("--docs and --trials must be >= 1")
+        if self.protocol == "last-segment" and not 0 < self.segment_tokens() < min(self.lengths):
+            raise LengenError(f"--segment must be in [1, {min(self.lengths)}) (the shortest length)")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise LengenError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.attn not in ("sdpa", "eager"):
+            raise LengenError(f"--attn must be sdpa or eager, got {self.attn!r}")
+        self.check_methods()
+        self.check_model_path()
+
+    def segment_tokens(self) -> int:
+        return self.segment or max(1, min(self.lengths) // 2)
+
+    def check_methods(self) -> None:
+        """Parse every spec before the (slow) model load, with a stand-in rotary spec."""
+        from lengen.extrapolation import RopeSpec, build_method
+
+        for spec in self.methods:
+            if spec != PLAIN:
+                build_method(spec, RopeSpec(rotary_dim=64, train_length=self.train_length or 4096))
+
+    def check_model_path(self) -> None:
+        path = Path(self.model_path)
+        if not path.is_dir():
+            raise LengenError(f"MODEL_PATH {self.model_path!r} is not a local folder (lengen hf eval "
+                              "loads local models only, nothing is downloaded)")
+        if self.gguf_file and not (path / self.gguf_file).is_file():
+            raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
+
+
+def load(settings: EvalSettings):
+    """(model, tokenizer) from a local folder, offline; LengenError when it cannot be loaded."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
+    kwargs = {"local_files_only": True}
+    if settings.gguf_file:
+        kwargs["gguf_file"] = settings.gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(settings.model_path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            settings.model_path, dtype=getattr(torch, settings.dtype),
+            attn_implementation=settings.attn, **kwargs)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LengenError(f"cannot load a model from {settings.model_path}: {first}") from None
+    return model.eval(), tokenizer
+
+
+def nll_fn(model, chunk: int = 1024):
+    """protocols.NllFn for a causal LM: the decoder runs once, the output head in chunks of
+    `chunk` positions (a 16k x 49k-vocab logits tensor would need 3 GB)."""
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def nll(ids: torch.Tensor, last: int) -> torch.Tensor:
+        ids = ids.to(device)
+        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[0, -(last + 1):-1]
+        targets = ids[0, -last:]
+        return torch.cat([F.cross_entropy(head(h).float(), t, reduction="none")
+                          for h, t in zip(hidden.split(chunk), targets.split(chunk))]).cpu()
+
+    return nll
+
+
+def greedy_fn(model, pad_token_id: int):
+    device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def greedy(ids: list[int], max_new_tokens: int) -> list[int]:
+        x = torch.tensor([ids], device=device)
+        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=pad_token_id, temperature=None,
+                             top_p=None, top_k=None)
+        return out[0, x.shape[1]:].tolist()
+
+    return greedy
+
+
+# settings that change what a (method, length) row means: rows are reused only if they agree
+SAME_RESULTS = ("model_path", "gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
+                "dtype", "attn", "train_length")
+
+
+def run(settings: EvalSettings, progress: bool = True, previous: dict | None = None,
+        on_row=None) -> dict:
+    """Evaluate every method at every length; returns {"meta": ..., "rows": [...]}.
+
+    `previous` (an earlier result of the same settings, e.g. an interrupted run) supplies rows
+    that are not computed again; its other rows are kept. `on_row(result)` is called after each
+    new row, so a caller can save progress."""
+    from tqdm.auto import tqdm
+
+    settings.check()
+    key = comparable(settings)
+    if previous is not None:
+        old = previous["meta"].get("settings") or {}
+        if any(old.get(k) != v for k, v in key.items()):
+            raise LengenError(f"the output folder holds results of other settings "
+                              f"({_difference(old, key)}); use another --out")
+    rows = list(previous["rows"]) if previous else []
+    done = {(r["method"], r["length"]) for r in rows}
+    todo = [(m, n) for m in settings.methods for n in settings.lengths if (m, n) not in done]
+    started = time.time()
+    model, tokenizer = load(settings)
+    if any(m != PLAIN for m in settings.methods):
+        inspect_model(model)   # an unsupported model fails now, not after the first method
+    train_length = settings.train_length or int(model.config.max_position_embeddings)
+    import transformers
+
+    meta = {**asdict(settings), "settings": key, "metric": METRIC[settings.protocol],
+            "train_length": train_length, "model_type": model.config.model_type,
+            "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
+            "corpus": settings.corpus or str(stdlib_root()), "transformers": transformers.__version__,
+            "torch": torch.__version__, "python": platform.python_version()}
+    meta.pop("methods"), meta.pop("lengths")
+    result = {"meta": meta, "rows": rows}
+    units = settings.trials if settings.protocol == "passkey" else settings.docs
+    bar = tqdm(total=len(todo) * units, disable=not progress or not todo, dynamic_ncols=True,
+               unit="trial" if settings.protocol == "passkey" else "doc")
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    docs = None
+    if settings.protocol != "passkey" and todo:
+        docs = documents(corpus_files(settings.corpus), encode, settings.docs, max(settings.lengths))
+    for method in dict.fromkeys(m for m, _ in todo):
+        if method != PLAIN:
+            extend(model, method, train_length=train_length)
+        try:
+            for length in [n for m, n in todo if m == method]:
+                bar.set_description(f"{method} @ {length}")
+                t0 = time.time()
+                value = _score(settings, model, tokenizer, docs, length, bar.update)
+                rows.append({"method": method, "length": length, meta["metric"]: value,
+                             "seconds": round(time.time() - t0, 1)})
+                if on_row is not None:
+                    on_row(result)
+        finally:
+            if method != PLAIN:
+                restore(model)
+    bar.close()
+    # the methods asked for first, in that order, then earlier rows' other methods
+    order = {m: i for i, m in enumerate(dict.fromkeys([*settings.methods, *(r["method"] for r in rows)]))}
+    rows.sort(key=lambda r: (order[r["method"]], r["length"]))
+    meta["seconds"] = round(time.time() - started, 1)
+    return result
+
+
+def comparable(settings: EvalSettings) -> dict:
+    """The settings a row depends on (the passkey ones only for passkey, and so on)."""
+    unused = {"docs", "segment", "corpus"} if settings.protocol == "passkey" else {"trials", "seed"}
+    out = {k: getattr(settings, k) for k in SAME_RESULTS if k not in unused}
+    out["model_path"] = str(Path(settings.model_path).resolve())
+    if "segment" in out:
+        out["segment"] = settings.segment_tokens() if settings.protocol == "last-segment" else None
+    return out
+
+
+def _difference(old: dict, new: dict) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in new.items()
+                     if old.get(k) != v)
+
+
+def _score(settings: EvalSettings, model, tokenizer, docs, length: int, progress) -> float:
+    if settings.protocol == "ppl":
+        return protocols.perplexity(nll_fn(model), docs, length, progress)
+    if settings.protocol == "last-segment":
+        return protocols.last_segment_perplexity(nll_fn(model), docs, length,
+                                                 settings.segment_tokens(), progress)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    try:
+        return protocols.passkey_accuracy(
+            greedy_fn(model, pad if pad is not None else 0), tokenizer.encode, tokenizer.decode,
+            length, settings.trials, settings.seed, progress=progress)
+    except ValueError as e:
+        raise LengenError(str(e)) from None
