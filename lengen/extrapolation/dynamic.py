@@ -5,8 +5,11 @@ sequence length L = max(seq_len, L0):
 
 At L <= L0 this is plain RoPE (returned exactly, not through the formula). seq_len is the current
 total length, max(position) + 1 as in HF. Since the frequencies change with the length, the KV
-cache must hold UN-rotated keys: then decoding token t equals a full forward of t + 1 tokens
-(HF caches rotated keys and mixes bases: transformers#25104).
+cache must hold UN-rotated keys, so one attention layer decoding token t equals a full forward of
+t + 1 tokens (HF caches rotated keys and mixes bases: transformers#25104). In a stack of layers
+that is not enough: the cached keys of layer 2 and up come from hidden states computed with an
+earlier length's frequencies, so exact equality needs the cached tokens re-run when the frequencies
+change (lengen.lm does this; lengen.hf decodes with the cache and is exact only for one layer).
 """
 
 from __future__ import annotations
