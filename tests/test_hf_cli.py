@@ -12,7 +12,6 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from lengen.cli import main  # noqa: E402
 from lengen.cli.hf import parse_length  # noqa: E402
-from lengen.hf import protocols  # noqa: E402
 
 TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n\n"
         "# The grass is green. The sky is blue. Here we go.\n") * 20
@@ -45,6 +44,11 @@ def model_dir(tmp_path_factory):
     return root
 
 
+@pytest.fixture(autouse=True)
+def own_token_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -65,7 +69,7 @@ def test_ppl_writes_csv_json_and_plot(model_dir, tmp_path, capsys):
     assert result["meta"]["train_length"] == 64 and len(result["rows"]) == 9
     assert (out / "plot.png").stat().st_size > 1000
     printed = capsys.readouterr().out
-    assert "rerope:window=16+logn" in printed and "| ppl \\ length" in printed
+    assert "rerope:window=16+logn" in printed and printed.splitlines()[0].replace(" ", "") == "|method|32|64|128|"
 
 
 def test_last_segment_and_passkey(model_dir, tmp_path):
@@ -115,46 +119,57 @@ def test_lengths_accept_k_suffix():
     assert parse_length("4k") == 4096 and parse_length("16384") == 16384
 
 
-def test_protocols_on_a_toy_model():
-    # a "model" that predicts token t+1 = t + 1 (mod 10) perfectly: ppl 1 on counting documents
-    def logits_fn(ids):
-        return torch.nn.functional.one_hot((ids + 1) % 10, 10).float() * 50
+def test_nll_fn_follows_the_shared_convention(model_dir):
+    # lengen.protocols scores a window of L + 1 tokens as a context of L tokens: the chunked
+    # nll_fn must give [B, last] equal to the full logits' cross-entropy
+    from lengen.hf.evaluate import nll_fn
+    from lengen.protocols import nll_from_logits, perplexity_vs_length
 
-    nll = protocols.nll_from_logits(logits_fn)
-    docs = [[i % 10 for i in range(s, s + 40)] for s in range(3)]
-    assert protocols.perplexity(nll, docs, 32) == pytest.approx(1.0)
-    docs[0][-1] = (docs[0][-2] + 5) % 10     # one wrong target in the shared last segment
-    values = [protocols.last_segment_perplexity(nll, docs, n, 8) for n in (16, 40)]
-    assert values[0] == pytest.approx(values[1]) and values[0] > 2
-    assert math.isnan(protocols.perplexity(nll, docs, 41))
-
-
-def test_passkey_prompt_fits_the_length_and_is_scored():
-    def encode(text):
-        return list(text.encode())
-
-    ids = protocols.fit_prompt(encode, 1000, 12345, 0.5)
-    text = bytes(ids).decode()
-    assert 950 <= len(ids) <= 1000 and "The pass key is 12345. Remember it." in text
-    assert text.endswith("What is the pass key? The pass key is")
-
-    def oracle(ids, n):   # reads the key back from the prompt
-        return list(bytes(ids).decode().split("The pass key is ")[1].split(".")[0].encode())
-
-    assert protocols.passkey_accuracy(oracle, encode, lambda t: bytes(t).decode(), 600, 5) == 1.0
-    assert protocols.passkey_accuracy(lambda ids, n: list(b" 7"), encode,
-                                      lambda t: bytes(t).decode(), 600, 5) == 0.0
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
+    ids = torch.randint(2, 100, (2, 21), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = nll_from_logits(lambda x: model(x).logits)(ids, 7)
+        mine = nll_fn(model, chunk=3)(ids, 7)
+    assert mine.shape == (2, 7)
+    torch.testing.assert_close(mine.double(), reference.double(), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        point = perplexity_vs_length(nll_fn(model, chunk=4), list(ids), [20])[0]
+        full = nll_from_logits(lambda x: model(x).logits)(ids, 20)
+    assert point.tokens == 40 and point.ppl == pytest.approx(math.exp(float(full.mean())), rel=1e-4)
 
 
-def test_default_corpus_is_the_stdlib_in_sorted_order(tmp_path):
+def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_dir, tmp_path, monkeypatch):
     from lengen.errors import LengenError
-    from lengen.hf.corpus import corpus_files, documents
+    from lengen.hf.evaluate import EvalSettings, corpus_encoder, sequences
 
-    files = corpus_files(None)
-    assert files[0].suffix == ".py" and not any("site-packages" in p.parts for p in files[:200])
-    docs = documents(files, lambda t: list(t.encode()), 2, 5000)
-    assert [len(d) for d in docs] == [5000, 5000]
-    assert documents(files, lambda t: list(t.encode()), 2, 5000) == docs   # deterministic
-    (tmp_path / "a.txt").write_text("short")
-    with pytest.raises(LengenError, match="gives only 0 documents"):
-        documents(corpus_files(str(tmp_path)), lambda t: list(t.encode()), 1, 100)
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    tok = char_tokenizer()
+    settings = EvalSettings(str(model_dir / "model"), ["rope"], [32, 100], corpus=str(model_dir / "corpus"),
+                            docs=2)
+    seqs = sequences(settings, tok)
+    assert [len(s) for s in seqs] == [101, 101]   # max length + 1: a context of L tokens, L targets
+    assert tok.decode(seqs[0].tolist()) == TEXT[:101] and tok.decode(seqs[1].tolist()) == TEXT[:101]
+    again = sequences(settings, tok)              # from the token cache now: the same sequences
+    assert all((a == b).all() for a, b in zip(seqs, again))
+    assert list(tmp_path.joinpath("cache").glob("corpus-*.npz"))
+    assert corpus_encoder(tok).name == corpus_encoder(char_tokenizer()).name
+    assert corpus_encoder(tok).EOS == 1
+    (tmp_path / "short").mkdir()
+    (tmp_path / "short" / "a.txt").write_text("short")
+    settings.corpus = str(tmp_path / "short")
+    with pytest.raises(LengenError, match="gives only 0 sequences of 101 tokens, 2 needed"):
+        sequences(settings, tok)
+
+
+def test_short_documents_are_joined_by_eos(tmp_path, monkeypatch):
+    from lengen.data import TextEncoder, load_documents, long_sequences
+
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    for name, text in [("a.txt", "abc"), ("b.txt", "defg"), ("c.txt", "x" * 30)]:
+        (tmp_path / name).write_text(text)
+    enc = TextEncoder(lambda t: [ord(c) for c in t], "ord-v1", EOS=0)
+    docs = load_documents(str(tmp_path / "*.txt"), enc)
+    assert docs.names == ["a.txt", "b.txt", "c.txt"] and docs.docs[2].tolist() == [ord("x")] * 30
+    assert load_documents(str(tmp_path / "*.txt"), enc).from_cache
+    seqs = long_sequences(docs.docs, 8, 2, docs.eos)
+    assert [s.tolist() for s in seqs] == [[ord("x")] * 8, [97, 98, 99, 0, 100, 101, 102, 103]]

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 
 EPILOG = """protocols:
-  ppl           one forward pass over the first L tokens of each document (no sliding window)
-  last-segment  the final L tokens of each document as context, only the final --segment tokens
+  ppl           a context of the first L tokens of each sequence, one forward pass (no sliding
+                window) scoring all L next tokens
+  last-segment  the final L tokens of each sequence as context, only the final --segment targets
                 scored: every length is compared on the same targets (ReRoPE's protocol)
   passkey       a 5-digit key hidden in filler text of about L tokens, greedy answer; accuracy
                 over --trials prompts (landmark-attention / YaRN format, fixed --seed)
+sequences: --docs sequences of max(--lengths) + 1 tokens from --corpus (lengen.data: documents
+tokenized with the model's tokenizer; long ones cut, short ones joined by EOS)
 
 methods: "rope" is the model as trained; any lengen spec, options after ":", parts joined by "+":
   pi:factor=4  ntk:factor=4  dynamic:factor=4  yarn:factor=4  llama3:factor=4
@@ -85,8 +88,7 @@ def add_parser(sub) -> None:
 def run_eval(args) -> int:
     from pathlib import Path
 
-    from lengen.hf import report
-    from lengen.hf.evaluate import EvalSettings, run
+    from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
 
     settings = EvalSettings(
         model_path=args.model_path, gguf_file=args.gguf_file, methods=args.methods,
@@ -94,12 +96,12 @@ def run_eval(args) -> int:
         segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
         train_length=args.train_length)
     out = Path(args.out)
-    previous = report.load(out)
+    previous = load_result(out)
     if previous is not None and not args.no_progress:
         print(f"resuming: {len(previous['rows'])} results already in {out / 'results.json'}")
     result = run(settings, progress=not args.no_progress, previous=previous,
-                 on_row=lambda partial: report.save(partial, out, plot_too=False))
-    print(report.table(result))
-    paths = report.save(result, out)
+                 on_row=lambda partial: save_result(partial, out, plot_too=False))
+    print(result_table(result))
+    paths = save_result(result, out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -61,21 +62,41 @@ def split_documents(names: list[str], docs: list[np.ndarray], val_fraction: floa
     return train, val
 
 
+@dataclass
+class TextEncoder:
+    """A corpus tokenizer from any `encode(text) -> ids` function (e.g. a Hugging Face tokenizer),
+    for load_documents / load_corpus. Files are decoded as UTF-8 (invalid bytes replaced). `name`
+    goes into the token cache key: it must change whenever the encoding does."""
+    encode: Callable[[str], list[int]]
+    name: str
+    EOS: int                        # separator id when long_sequences joins short documents
+
+    def encode_array(self, data: bytes) -> np.ndarray:
+        return np.asarray(self.encode(data.decode("utf-8", errors="replace")), dtype=np.int64)
+
+
 def _tokenise(files, tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    arrays = []
-    for f in files:
-        data = f.read_bytes()
-        arrays.append(tokenizer.encode_array(data) if b"\0" not in data else np.zeros(0, np.uint16))  # skip binaries
+    # binaries (a NUL byte) become empty documents
+    arrays = [tokenizer.encode_array(data if b"\0" not in data else b"") for data in (f.read_bytes() for f in files)]
     offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(a) for a in arrays])
     tokens = np.concatenate(arrays) if arrays else np.zeros(0, np.uint16)
     return tokens, offsets
 
 
-def load_corpus(source: str | None = None, val_fraction: float = 0.05, tokenizer=None,
-                use_cache: bool = True) -> Corpus:
-    """Load (tokenising at most once per file set, see lengen.data.cache) and split a corpus.
-    `source`: None (the standard library), a file, a folder or a glob."""
+@dataclass
+class Documents:
+    source: str
+    names: list[str]                # relative to the corpus root, sorted
+    docs: list[np.ndarray]          # token arrays, non-empty, in name order
+    eos: int
+    from_cache: bool = False
+
+
+def load_documents(source: str | None = None, tokenizer=None, use_cache: bool = True) -> Documents:
+    """Every non-empty document of a corpus, tokenised (at most once per file set, see
+    lengen.data.cache), in name order. `source`: None (the standard library), a file, a folder or
+    a glob; `tokenizer`: ByteTokenizer (default) or e.g. a TextEncoder."""
     tokenizer = tokenizer or ByteTokenizer()
     src = resolve_source(source)
     names = [src.name(f) for f in src.files]
@@ -92,5 +113,12 @@ def load_corpus(source: str | None = None, val_fraction: float = 0.05, tokenizer
     keep = [(n, d) for n, d in zip(names, docs) if len(d)]
     if not keep:
         raise LengenError(f"corpus {src.label} is empty (no non-empty text files)")
-    train, val = split_documents([n for n, _ in keep], [d for _, d in keep], val_fraction)
-    return Corpus(src.label, train, val, tokenizer.EOS, from_cache)
+    return Documents(src.label, [n for n, _ in keep], [d for _, d in keep], tokenizer.EOS, from_cache)
+
+
+def load_corpus(source: str | None = None, val_fraction: float = 0.05, tokenizer=None,
+                use_cache: bool = True) -> Corpus:
+    """load_documents, split into training and validation documents (see the module docstring)."""
+    docs = load_documents(source, tokenizer, use_cache)
+    train, val = split_documents(docs.names, docs.docs, val_fraction)
+    return Corpus(docs.source, train, val, docs.eos, docs.from_cache)

@@ -1,23 +1,32 @@
 """`lengen hf eval`'s engine: load a local Hugging Face model, apply each method in turn and run
-one protocol (lengen.hf.protocols) at every length."""
+one protocol of lengen.protocols at every length, on sequences from lengen.data (the corpus
+tokenized with the model's tokenizer)."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lengen import io
+from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
 from lengen.errors import LengenError
-from lengen.hf import protocols
-from lengen.hf.corpus import corpus_files, documents, stdlib_root
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
+from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
+                              plot_metric, write_csv)
 
-PLAIN = "rope"   # the method name that means: the model as trained
+PLAIN = "rope"
+# rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
+# passkey prompts) are not comparable: resuming them is refused
+PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
 METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy"}
 
 
@@ -46,8 +55,8 @@ class EvalSettings:
             raise LengenError("lengths must be >= 2 tokens")
         if self.docs < 1 or self.trials < 1:
             raise LengenError("--docs and --trials must be >= 1")
-        if self.protocol == "last-segment" and not 0 < self.segment_tokens() < min(self.lengths):
-            raise LengenError(f"--segment must be in [1, {min(self.lengths)}) (the shortest length)")
+        if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
+            raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise LengenError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attn not in ("sdpa", "eager"):
@@ -96,18 +105,20 @@ def load(settings: EvalSettings):
 
 
 def nll_fn(model, chunk: int = 1024):
-    """protocols.NllFn for a causal LM: the decoder runs once, the output head in chunks of
-    `chunk` positions (a 16k x 49k-vocab logits tensor would need 3 GB)."""
+    """lengen.protocols.NllFn (ids [B, T], last -> [B, last]) for a causal LM: the decoder runs
+    once over the context ids[:, :-1], the output head in chunks of `chunk` positions (a 16k x
+    49k-vocab logits tensor would need 3 GB)."""
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     device = next(model.parameters()).device
 
     @torch.inference_mode()
     def nll(ids: torch.Tensor, last: int) -> torch.Tensor:
         ids = ids.to(device)
-        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[0, -(last + 1):-1]
-        targets = ids[0, -last:]
-        return torch.cat([F.cross_entropy(head(h).float(), t, reduction="none")
-                          for h, t in zip(hidden.split(chunk), targets.split(chunk))]).cpu()
+        hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state[:, -last:]
+        targets = ids[:, -last:]
+        return torch.cat([F.cross_entropy(head(h).float().transpose(1, 2), t, reduction="none")
+                          for h, t in zip(hidden.split(chunk, dim=1), targets.split(chunk, dim=1))],
+                         dim=1).cpu()
 
     return nll
 
@@ -164,16 +175,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "torch": torch.__version__, "python": platform.python_version()}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
-    units = settings.trials if settings.protocol == "passkey" else settings.docs
-    bar = tqdm(total=len(todo) * units, disable=not progress or not todo, dynamic_ncols=True,
-               unit="trial" if settings.protocol == "passkey" else "doc")
-
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    docs = None
-    if settings.protocol != "passkey" and todo:
-        docs = documents(corpus_files(settings.corpus), encode, settings.docs, max(settings.lengths))
+    bar = tqdm(total=len(todo), disable=not progress or not todo, dynamic_ncols=True, unit="length")
+    seqs = sequences(settings, tokenizer) if settings.protocol != "passkey" and todo else None
     for method in dict.fromkeys(m for m, _ in todo):
         if method != PLAIN:
             extend(model, method, train_length=train_length)
@@ -181,7 +184,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             for length in [n for m, n in todo if m == method]:
                 bar.set_description(f"{method} @ {length}")
                 t0 = time.time()
-                value = _score(settings, model, tokenizer, docs, length, bar.update)
+                value = _score(settings, model, tokenizer, seqs, length, bar)
                 rows.append({"method": method, "length": length, meta["metric"]: value,
                              "seconds": round(time.time() - t0, 1)})
                 if on_row is not None:
@@ -204,6 +207,7 @@ def comparable(settings: EvalSettings) -> dict:
     out["model_path"] = str(Path(settings.model_path).resolve())
     if "segment" in out:
         out["segment"] = settings.segment_tokens() if settings.protocol == "last-segment" else None
+    out["protocols"] = PROTOCOLS_VERSION
     return out
 
 
@@ -212,16 +216,79 @@ def _difference(old: dict, new: dict) -> str:
                      if old.get(k) != v)
 
 
-def _score(settings: EvalSettings, model, tokenizer, docs, length: int, progress) -> float:
+def corpus_encoder(tokenizer) -> TextEncoder:
+    """The model's tokenizer as a lengen.data tokenizer; its cache name hashes the tokenizer's
+    full definition (or vocabulary), so another tokenizer never reuses cached tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    spec = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    name = f"hf-{type(tokenizer).__name__}-{hashlib.sha256(spec.encode()).hexdigest()[:16]}"
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    eos = tokenizer.eos_token_id
+    if eos is None:   # documents are then joined by a newline
+        eos = (encode("\n") or [0])[-1]
+    return TextEncoder(encode, name, int(eos))
+
+
+def sequences(settings: EvalSettings, tokenizer) -> list[np.ndarray]:
+    """settings.docs sequences of max(lengths) + 1 tokens (a context of L tokens and one more
+    target) from the corpus: lengen.data.long_sequences, deterministic."""
+    need = max(settings.lengths) + 1
+    docs = load_documents(settings.corpus, corpus_encoder(tokenizer))
+    seqs = long_sequences(docs.docs, need, settings.docs, docs.eos)
+    if len(seqs) < settings.docs:
+        raise LengenError(f"the corpus {docs.source} gives only {len(seqs)} sequences of {need} tokens, "
+                          f"{settings.docs} needed: use a larger --corpus or fewer --docs")
+    return seqs
+
+
+def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress) -> float:
     if settings.protocol == "ppl":
-        return protocols.perplexity(nll_fn(model), docs, length, progress)
+        return perplexity_vs_length(nll_fn(model), seqs, [length], progress=progress)[0].ppl
     if settings.protocol == "last-segment":
-        return protocols.last_segment_perplexity(nll_fn(model), docs, length,
-                                                 settings.segment_tokens(), progress)
+        return last_segment_perplexity(nll_fn(model), seqs, [length], settings.segment_tokens(),
+                                       progress=progress)[0].ppl
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return passkey_accuracy(greedy_fn(model, pad if pad is not None else 0), tokenizer.encode,
+                            tokenizer.decode, [length], settings.trials, settings.seed,
+                            progress=progress)[0].accuracy
+
+
+# --- results: OUT/results.csv, results.json, plot.png -------------------------------------------
+
+def result_table(result: dict) -> str:
+    """Methods as rows, lengths as columns."""
+    metric = result["meta"]["metric"]
+    return pivot_table(result["rows"], metric, "{:.2f}" if metric == "accuracy" else "{:.3f}")
+
+
+def save_result(result: dict, out: Path, plot_too: bool = True) -> list[Path]:
+    """results.csv (method,length,METRIC), results.json ({"meta", "rows"}) and, with plot_too,
+    plot.png (the trained length marked)."""
+    meta, rows, out = result["meta"], result["rows"], Path(out)
+    metric = meta["metric"]
+    paths = [out / "results.csv", out / "results.json"]
+    write_csv(paths[0], [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in rows])
+    io.write_json(paths[1], result)
+    if plot_too:
+        paths.append(out / "plot.png")
+        name = Path(meta["gguf_file"]).stem if meta.get("gguf_file") else Path(meta["model_path"]).name
+        title = f"{name}: {meta['protocol']}" + (
+            f" (last {meta['segment']} tokens)" if meta["protocol"] == "last-segment" else "")
+        finite = [r for r in rows if r[metric] is not None and math.isfinite(r[metric])]
+        plot_metric(finite, metric, meta["train_length"], paths[2], title, log_y=metric != "accuracy")
+    return paths
+
+
+def load_result(out: Path) -> dict | None:
+    """An earlier result in `out`, or None."""
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        return None
     try:
-        return protocols.passkey_accuracy(
-            greedy_fn(model, pad if pad is not None else 0), tokenizer.encode, tokenizer.decode,
-            length, settings.trials, settings.seed, progress=progress)
-    except ValueError as e:
-        raise LengenError(str(e)) from None
+        result = io.read_json(path)
+        return result if isinstance(result.get("rows"), list) and "meta" in result else None
+    except (ValueError, OSError, AttributeError):
+        return None
