@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lengen import kernels
 from lengen.models.config import ModelConfig
 from lengen.models.logit_scaling import logit_scale_factor
 
@@ -63,21 +64,10 @@ class SelfAttention(nn.Module):
             else:
                 scale *= factor
         bias = pe.bias(self.layer, ctx.pe_state)
-        tq, tk = q.shape[-2], k.shape[-2]
         if bias is not None:
             bias = bias.to(q.dtype)
-            if ctx.causal:
-                bias = bias + causal_additive_mask(tq, tk, q.device)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-        elif ctx.causal and tq > 1:
-            if tq == tk:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-            else:
-                mask = causal_additive_mask(tq, tk, q.device).to(q.dtype)
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, scale=scale)
-        return out
+        # the fused small-head-dim CPU kernel where it applies, torch SDPA otherwise (lengen.kernels)
+        return kernels.attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         B, T, D = x.shape
