@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
                    "output, or the folder holding --gguf-file)")
     e.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
     e.add_argument("--methods", nargs="+", default=["rope"], metavar="SPEC",
-                   help="methods to compare (default: rope)")
+                   help="methods to compare, space- or comma-separated as in `lengen lm eval` (default: rope)")
     e.add_argument("--lengths", nargs="+", type=parse_length, required=True, metavar="L",
                    help="context lengths in tokens (4096 or 4k)")
     e.add_argument("--protocol", choices=["ppl", "last-segment", "passkey"], default="ppl")
@@ -89,9 +89,11 @@ def run_eval(args) -> int:
     from pathlib import Path
 
     from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
+    from lengen.lm.methods import split_methods
 
     settings = EvalSettings(
-        model_path=args.model_path, gguf_file=args.gguf_file, methods=args.methods,
+        model_path=args.model_path, gguf_file=args.gguf_file,
+        methods=[m for item in args.methods for m in split_methods(item)],
         lengths=sorted(set(args.lengths)), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
         segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
         train_length=args.train_length)
