@@ -1,5 +1,6 @@
 """Multi-head self-attention that delegates everything positional to the encoding's hooks and runs
-through torch's fused scaled_dot_product_attention (an additive bias goes in as attn_mask).
+through lengen.kernels.attention: a fused CPU kernel for small head dims where it applies, torch's
+scaled_dot_product_attention otherwise (an additive bias goes in as attn_mask).
 
 Attention variants (ModelConfig.logit_scale, ModelConfig.key_norm) apply in training and
 evaluation alike; see lengen/models/logit_scaling.py."""
