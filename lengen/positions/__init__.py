@@ -22,9 +22,8 @@ def build_sampler(name: str, max_position: int = 2048, **options) -> PositionSam
     return SAMPLERS.get(name)(max_position=max_position, **options)
 
 
-def test_sampler(mode: str, train_sampler: str, max_position: int = 2048) -> PositionSampler:
-    """The sampler for a test-time mode. `None`/"auto" means: standard for runs trained with
-    standard positions, `random` (the paper's protocol) for randomized ones."""
+def test_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
+    """The sampler for a test-time position mode: random, uniform or standard."""
     from lengen.errors import LengenError
 
     if mode not in TEST_MODES:

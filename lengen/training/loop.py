@@ -135,7 +135,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
 
                 raise LengenError(f"{run.path} has no checkpoint yet; train it first")
             parts.model.load_state_dict(ckpt["model"])
-    sampler = test_sampler(parts.test_mode, cfg.positions, cfg.model.max_position)
+    sampler = test_sampler(parts.test_mode, cfg.model.max_position)
     samples = eval_samples or cfg.eval_samples
     lengths = range(1, max_length + 1)
     bar = tqdm(total=len(lengths), desc=f"eval ({parts.test_mode} positions)", disable=not progress,

@@ -56,7 +56,7 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
     pe = model.encoder.pe
     check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
     mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
-    evaluator = test_sampler(mode, cfg.positions, cfg.model.max_position)
+    evaluator = test_sampler(mode, cfg.model.max_position)
     longest = total_length(task, max_length or cfg.max_length)
     check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions")
     return RunParts(task=task, model=model, train_sampler=sampler, test_mode=mode)
