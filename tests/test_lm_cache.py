@@ -7,7 +7,8 @@ import torch
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.extrapolation import build_method
-from lengen.lm.methods import resolve_methods, split_methods
+from lengen.extrapolation import split_methods
+from lengen.lm.methods import resolve_methods
 from lengen.lm.model import DecoderLM
 from lengen.models.config import ModelConfig
 from lengen.protocols import greedy_generate_fn

@@ -89,7 +89,7 @@ def run_eval(args) -> int:
     from pathlib import Path
 
     from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
-    from lengen.lm.methods import split_methods
+    from lengen.extrapolation import split_methods
 
     settings = EvalSettings(
         model_path=args.model_path, gguf_file=args.gguf_file,

@@ -172,7 +172,7 @@ def run_train(args) -> int:
 
 def run_eval(args) -> int:
     from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
-    from lengen.lm.methods import split_methods
+    from lengen.extrapolation import split_methods
 
     set_threads(args.threads)
     methods = split_methods(args.methods) if args.methods is not None else []

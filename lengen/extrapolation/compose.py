@@ -30,6 +30,21 @@ def parse_value(text: str):
     return text.strip()
 
 
+def split_methods(text: str) -> list[str]:
+    """A list of specs, comma-separated; a piece like "beta_fast=16" (an option without a method name)
+    continues the previous method, so "yarn:factor=4,beta_fast=16,pi:factor=4" has two methods."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        head = piece.split("+", 1)[0]  # "window=8+logn" continues; "logn+pi:factor=2" does not
+        if out and "=" in head and ":" not in head:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
 def parse_spec(spec: str) -> list[tuple[str, dict]]:
     """"yarn:factor=4+logn" -> [("yarn", {"factor": 4}), ("logn", {})]."""
     parts = []

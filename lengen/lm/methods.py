@@ -1,6 +1,7 @@
 """From method strings ("rope", "yarn:factor=4", "rerope:window=128+logn") to extrapolation
-method objects for one model. The methods themselves live in lengen.extrapolation; this module
-only parses lists, handles the plain (no-method) case and refuses methods on non-RoPE models."""
+method objects for one model. The methods (and the spec-list parser split_methods) live in
+lengen.extrapolation; this module handles the plain (no-method) case, picks default methods and
+refuses methods on non-RoPE models."""
 
 from __future__ import annotations
 
@@ -17,21 +18,6 @@ PLAIN = ("rope", "none", "base", "plain")
 class ResolvedMethod:
     label: str        # as given (or "base" for plain evaluation of a non-RoPE model)
     method: Any       # an lengen.extrapolation method, or None for the encoding's own hooks
-
-
-def split_methods(text: str) -> list[str]:
-    """Comma-separated methods; a piece like "beta_fast=16" (an option without a method name)
-    continues the previous method, so "yarn:factor=4,beta_fast=16,pi:factor=4" has two methods."""
-    out: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
-        if not piece:
-            continue
-        head = piece.split("+", 1)[0]  # "window=8+logn" continues; "logn+pi:factor=2" does not
-        if out and "=" in head and ":" not in head:
-            out[-1] += "," + piece
-        else:
-            out.append(piece)
-    return out
 
 
 def default_methods(is_rope: bool, train_length: int, max_length: int) -> list[str]:
