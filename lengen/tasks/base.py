@@ -22,7 +22,8 @@ class Task(abc.ABC):
     """A generator of (input, target) pairs at a requested length.
 
     Subclasses set `name`, `level` ("R", "DCF" or "CS"), `input_vocab_size`, `output_vocab_size`,
-    and implement `output_length` and `_sample`. `sample` validates arguments and builds the
+    and implement `output_length` and `solve` (plus `sample_inputs` when inputs are not uniform
+    symbols, or `_sample` when they are not drawn independently of the answer). `sample` validates arguments and builds the
     default all-true mask unless the task returns its own (the terminator tasks do).
     """
 
@@ -43,9 +44,15 @@ class Task(abc.ABC):
         """Tokens actually produced for a requested length (modular_arithmetic forces odd)."""
         return length
 
-    @abc.abstractmethod
+    def sample_inputs(self, batch_size: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """Inputs [B, length]: uniform symbols by default; tasks with structured inputs override."""
+        return rng.integers(0, self.input_vocab_size, size=(batch_size, length))
+
     def _sample(self, batch_size: int, length: int, rng: np.random.Generator):
-        """Return (inputs, targets) or (inputs, targets, mask) as numpy int arrays."""
+        """Return (inputs, targets) or (inputs, targets, mask) as numpy int arrays: by default
+        sampled inputs and their `solve`; tasks whose inputs and answers are drawn together override."""
+        inputs = self.sample_inputs(batch_size, length, rng)
+        return (inputs, *self.solve(inputs))
 
     def sample(self, batch_size: int, length: int, rng: np.random.Generator) -> Batch:
         if length < 1:

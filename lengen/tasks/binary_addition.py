@@ -23,9 +23,8 @@ class BinaryAddition(Task):
     def output_length(self, length: int) -> int:
         return length + 1
 
-    def _sample(self, batch_size, length, rng):
-        inputs = binary.sample_operands(batch_size, length, rng)
-        return (inputs, *self.solve(inputs))
+    def sample_inputs(self, batch_size, length, rng):
+        return binary.sample_operands(batch_size, length, rng)
 
     def solve(self, inputs):
         n_bits, m_bits, _ = binary.split_operands(inputs)

@@ -23,9 +23,8 @@ class BinaryMultiplication(Task):
     def output_length(self, length: int) -> int:
         return length
 
-    def _sample(self, batch_size, length, rng):
-        inputs = binary.sample_operands(batch_size, length, rng)
-        return (inputs, *self.solve(inputs))
+    def sample_inputs(self, batch_size, length, rng):
+        return binary.sample_operands(batch_size, length, rng)
 
     def solve(self, inputs):
         n_bits, m_bits, has_sep = binary.split_operands(inputs)

@@ -24,9 +24,8 @@ class ComputeSqrt(Task):
     def output_length(self, length: int) -> int:
         return (length + 1) // 2
 
-    def _sample(self, batch_size, length, rng):
-        inputs = binary.uniform_nonzero_bits(batch_size, length, rng)
-        return (inputs, *self.solve(inputs))
+    def sample_inputs(self, batch_size, length, rng):
+        return binary.uniform_nonzero_bits(batch_size, length, rng)
 
     def solve(self, inputs):
         inputs = np.asarray(inputs)

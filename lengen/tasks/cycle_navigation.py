@@ -27,10 +27,6 @@ class CycleNavigation(Task):
     def output_length(self, length: int) -> int:
         return 1
 
-    def _sample(self, batch_size, length, rng):
-        inputs = rng.integers(0, 3, size=(batch_size, length))
-        return (inputs, *self.solve(inputs))
-
     def solve(self, inputs):
         targets = (MOVES[np.asarray(inputs)].sum(axis=1) % 5)[:, None].astype(np.int64)
         return targets, full_mask(targets)

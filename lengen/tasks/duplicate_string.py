@@ -19,10 +19,6 @@ class DuplicateString(Task):
     def output_length(self, length: int) -> int:
         return 2 * length
 
-    def _sample(self, batch_size, length, rng):
-        inputs = rng.integers(0, 2, size=(batch_size, length))
-        return (inputs, *self.solve(inputs))
-
     def solve(self, inputs):
         inputs = np.asarray(inputs)
         targets = np.concatenate([inputs, inputs], axis=1)

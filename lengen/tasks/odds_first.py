@@ -22,10 +22,6 @@ class OddsFirst(Task):
     def output_length(self, length: int) -> int:
         return length
 
-    def _sample(self, batch_size, length, rng):
-        inputs = rng.integers(0, 2, size=(batch_size, length))
-        return (inputs, *self.solve(inputs))
-
     def solve(self, inputs):
         inputs = np.asarray(inputs)
         targets = np.concatenate([inputs[:, 0::2], inputs[:, 1::2]], axis=1)

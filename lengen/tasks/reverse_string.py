@@ -19,10 +19,6 @@ class ReverseString(Task):
     def output_length(self, length: int) -> int:
         return length
 
-    def _sample(self, batch_size, length, rng):
-        inputs = rng.integers(0, 2, size=(batch_size, length))
-        return (inputs, *self.solve(inputs))
-
     def solve(self, inputs):
         targets = np.asarray(inputs)[:, ::-1].copy()
         return targets, full_mask(targets)
