@@ -36,6 +36,47 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat([(rot * cos + rotate_half(rot) * sin).to(x.dtype), rest], dim=-1)
 
 
+class _RotatePair(torch.autograd.Function):
+    """apply_rotary on q and k with a hand-written backward (the rotation by -angle), in four
+    elementwise passes per tensor each way instead of autograd's chunk/neg/cat/mul/add graph:
+    the training hot path of RoPE models, where these tensors are small and overhead dominates."""
+
+    @staticmethod
+    def _rotate(x, c, s, sign):
+        # [x1, x2] -> [x1 c - sign x2 s, x2 c + sign x1 s]   (sign -1: the inverse rotation)
+        h = x.shape[-1] // 2
+        if x.dim() == 4:  # [B, H, T, d] stored as [B, T, H, d], the layout of the fused projection
+            B, H, T, d = x.shape
+            out = torch.empty(B, T, H, d, dtype=x.dtype, device=x.device).transpose(1, 2)
+        else:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
+        torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-sign)
+        torch.mul(x2, c, out=o2).addcmul_(x1, s, value=sign)
+        return out
+
+    @staticmethod
+    def forward(ctx, q, k, cq, sq, ck, sk):
+        ctx.save_for_backward(cq, sq, ck, sk)
+        return _RotatePair._rotate(q, cq, sq, 1.0), _RotatePair._rotate(k, ck, sk, 1.0)
+
+    @staticmethod
+    def backward(ctx, gq, gk):
+        cq, sq, ck, sk = ctx.saved_tensors
+        return (_RotatePair._rotate(gq, cq, sq, -1.0), _RotatePair._rotate(gk, ck, sk, -1.0),
+                None, None, None, None)
+
+
+def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):
+    """(apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)) for float32 q, k rotated over
+    their whole head dim, with the cheaper hand-written backward; apply_rotary otherwise."""
+    d = cos_q.shape[-1]
+    if q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]:
+        return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
+    h = d // 2  # the tables repeat their first half: cos(p w_i) for channel i and i + d/2
+    return _RotatePair.apply(q, k, cos_q[..., :h], sin_q[..., :h], cos_k[..., :h], sin_k[..., :h])
+
+
 class RopeEncoding(PositionalEncoding):
     relative = True
 
@@ -52,5 +93,4 @@ class RopeEncoding(PositionalEncoding):
         return (cos_q, sin_q, *rope_cos_sin(pos_k, self.inv_freq))
 
     def transform_qk(self, layer, state, q, k):
-        cos_q, sin_q, cos_k, sin_k = state
-        return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
+        return rotate_pair(q, k, *state)

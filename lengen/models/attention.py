@@ -37,6 +37,33 @@ def causal_additive_mask(tq: int, tk: int, device) -> torch.Tensor:
     return torch.zeros(tq, tk, device=device).masked_fill(j > i, float("-inf"))
 
 
+class _SplitHeads(torch.autograd.Function):
+    """q, k, v [B, H, T, hd] as views of the fused projection [B, T, 3*H*hd]. Autograd's own
+    backward of view/permute/unbind stacks the three gradients and then copies them again to
+    undo the permute; this one writes each straight into its place in one buffer."""
+
+    @staticmethod
+    def forward(ctx, qkv, heads):
+        B, T, _ = qkv.shape
+        return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+    @staticmethod
+    def backward(ctx, gq, gk, gv):
+        B, H, T, hd = gq.shape
+        grad = torch.empty(B, T, 3, H, hd, dtype=gq.dtype, device=gq.device)
+        for i, g in enumerate((gq, gk, gv)):
+            grad[:, :, i].copy_(g.transpose(1, 2))
+        return grad.view(B, T, 3 * H * hd), None
+
+
+def split_heads(qkv: torch.Tensor, heads: int):
+    """(q, k, v), each [B, H, T, hd], from the fused projection output [B, T, 3*H*hd]."""
+    if torch.is_grad_enabled() and qkv.requires_grad:
+        return _SplitHeads.apply(qkv, heads)
+    B, T, _ = qkv.shape
+    return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, pe):
         super().__init__()
@@ -46,9 +73,7 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
     def project(self, x: torch.Tensor):
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.num_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
-        return q, k, v  # each [B, H, T, hd]
+        return split_heads(self.qkv(x), self.cfg.num_heads)  # each [B, H, T, hd]
 
     def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
         cfg, pe = self.cfg, self.pe[0]

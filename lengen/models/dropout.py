@@ -33,8 +33,8 @@ class Dropout(nn.Module):
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, True)
-        keep = bernoulli_keep_mask(x.shape, self.p)
-        return x * (keep.to(x.dtype) * (1.0 / (1.0 - self.p)))
+        scaled_keep = bernoulli_keep_mask(x.shape, self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * scaled_keep
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
