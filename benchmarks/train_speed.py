@@ -27,6 +27,7 @@ from lengen.models import CHEModel, ModelConfig
 from lengen.positions import build_sampler
 from lengen.tasks import get_task
 from lengen.training.evaluation import masked_accuracy_counts
+from lengen.training.optim import fused_optimizer_ok
 
 
 class PlainPort(nn.Module):
@@ -52,7 +53,10 @@ class PlainPort(nn.Module):
 def time_training(model, task, sampler, steps, batch, n_max, seed=0):
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    # lengen's models get the optimizer of lengen's training loop (fused Adam); the plain port
+    # the stock one, as a straightforward port would
+    fused = fused_optimizer_ok(model) and not isinstance(model, PlainPort)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=fused)
     model.train()
     lengths = rng.integers(1, n_max + 1, size=steps + 3)
 

@@ -20,6 +20,7 @@ from lengen.lm.config import LMConfig
 from lengen.lm.model import DecoderLM
 from lengen.lm.tokenizer import ByteTokenizer
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
+from lengen.training.optim import fused_optimizer_ok
 from lengen.training.run_dir import RunDir
 
 EVAL_FILE = "eval.json"
@@ -42,7 +43,7 @@ def make_optimizer(model: DecoderLM, cfg: LMConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused_optimizer_ok(model))
 
 
 def lm_loss(model: DecoderLM, batch: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from lengen import io
 from lengen.positions import test_sampler
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
+from lengen.training.optim import fused_optimizer_ok
 from lengen.training.plots import plot_accuracy
 from lengen.training.run_dir import RunDir
 from lengen.training.setup import RunParts, build_run, total_length
@@ -73,7 +74,9 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     run = RunDir(out)
     run.claim(cfg.to_dict(), identity_keys=TrainConfig.IDENTITY)
     model = parts.model
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
+                                 fused=fused_optimizer_ok(model))
     np_rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     step, metrics, window = 0, [], Window()
