@@ -33,9 +33,9 @@ examples:
   lengen hf eval ./my-llama --protocol passkey --trials 20 --lengths 4k 8k --methods rope yarn:factor=2
 
 Writes OUT/results.csv (method,length,ppl|accuracy), OUT/results.json (rows + settings and
-versions) and OUT/plot.png (the trained length marked), saved after every result: rerunning
-into the same --out (same settings) skips what is done and adds new methods or lengths to the
-same table and plot. Models are loaded from local folders only (local_files_only=True):
+versions) and OUT/plot.png (the trained length marked), saved after every result (all methods
+at a length before the next length): rerunning into the same --out (same settings) skips what is
+done and adds new methods, or lengths up to the longest there, to the same table and plot. Models are loaded from local folders only (local_files_only=True):
 nothing is downloaded.
 """
 
