@@ -17,9 +17,7 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
         self.attn = SelfAttention(cfg, layer, pe)
-        # in-place ReLU: nothing else reads the first linear's output (saves a large allocation)
-        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(inplace=True),
-                                nn.Linear(cfg.d_ff, cfg.d_model))
+        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
         self.drop = Dropout(cfg.dropout)
