@@ -164,3 +164,18 @@ def test_a_custom_nll_fn_sees_windows_of_length_plus_one():
     (q,) = last_segment_perplexity(nll_fn, seqs, [32], segment=4)
     assert p.ppl == pytest.approx(math.e) and q.ppl == pytest.approx(math.e)
     assert calls == [(17, 16), (17, 16), (33, 4), (33, 4)]
+
+
+def test_plot_adds_a_linear_zoom_panel_only_when_a_method_collapses(tmp_path):
+    import matplotlib.image
+
+    from lengen.protocols import plot_metric
+
+    held = [{"method": m, "length": n, "ppl": v} for m, vals in
+            {"yarn": [4.4, 4.0, 3.9], "rerope": [4.0, 3.6, 3.5]}.items() for n, v in zip((4, 8, 16), vals)]
+    collapsed = held + [{"method": "rope", "length": n, "ppl": v} for n, v in zip((4, 8, 16), (4.0, 3.7, 400.0))]
+    widths = {}
+    for name, rows in (("held", held), ("collapsed", collapsed)):
+        plot_metric(rows, "ppl", 8, tmp_path / f"{name}.png", name)
+        widths[name] = matplotlib.image.imread(tmp_path / f"{name}.png").shape[1]
+    assert widths["collapsed"] > 1.4 * widths["held"]   # two panels (11 in) against one (7 in)

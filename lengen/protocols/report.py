@@ -40,36 +40,59 @@ def pivot_table(rows: list[dict], metric: str, floatfmt: str = "{:.3f}") -> str:
 
 def plot_metric(rows: list[dict], metric: str, train_length: int | None, path: Path, title: str = "",
                 log_y: bool = True) -> None:
+    """The metric against length, one line per method, the training length marked. When a
+    perplexity spans more than a decade (a method that collapses), a second panel zooms in on the
+    range the best methods stay in, on a linear scale, so their differences stay visible."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    series = {}
     for m in dict.fromkeys(r["method"] for r in rows):
         pts = sorted((r["length"], r[metric]) for r in rows
                      if r["method"] == m and r.get(metric) is not None and not math.isnan(r[metric]))
         if pts:
+            series[m] = pts
+    values = [v for pts in series.values() for _, v in pts]
+    low = min(values, default=1.0)
+    zoom = log_y and low > 0 and max(values, default=1.0) / low > 10
+    fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(11 if zoom else 7, 4), squeeze=False)
+    for i, ax in enumerate(axes[0]):
+        for m, pts in series.items():
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", lw=1.6, label=m)
-    if train_length:
-        ax.axvline(train_length, color="0.3", ls="--", lw=1, label=f"training length {train_length}")
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-    ax.set_xscale("log", base=2)
-    lengths = sorted({r["length"] for r in rows})
-    ax.set_xticks(lengths, [str(L) for L in lengths])
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    if log_y:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(ScalarFormatter())
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel(metric)
-    ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        if train_length:
+            ax.axvline(train_length, color="0.3", ls="--", lw=1, label=f"training length {train_length}")
+        _length_axis(ax, sorted({r["length"] for r in rows}))
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3, which="both")
+        if i == 0 and log_y:
+            _log_axis(ax, low, max(values, default=1.0))
+        if i == 1:
+            ax.set_ylim(low * 0.97, low * 1.5)
+            ax.set_title(f"zoom: {metric} below {low * 1.5:.3g}", fontsize=10)
+    axes[0][0].set_title(title)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     io.save_figure(Path(path), fig)
     plt.close(fig)
+
+
+def _length_axis(ax, lengths: list[int]) -> None:
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(L) for L in lengths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("context length (tokens)")
+
+
+def _log_axis(ax, low: float, high: float) -> None:
+    """Log scale with plain numbers; minor ticks labelled only within about a decade."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter() if high / max(low, 1e-12) <= 10 else NullFormatter())
 
 
 def write_results(out_dir: Path, rows: list[dict], meta: dict, metric: str, train_length: int | None,
