@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from lengen.cli import main  # noqa: E402
-from lengen.cli.hf import parse_length  # noqa: E402
+from lengen.cli.options import parse_lengths  # noqa: E402
 
 TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n\n"
         "# The grass is green. The sky is blue. Here we go.\n") * 20
@@ -131,8 +131,18 @@ def test_bad_model_path_exits_2_with_one_clear_message(model_dir, tmp_path, caps
     assert "unknown option" in capsys.readouterr().err
 
 
-def test_lengths_accept_k_suffix():
-    assert parse_length("4k") == 4096 and parse_length("16384") == 16384
+def test_lengths_accept_k_suffix_and_commas(model_dir, tmp_path, capsys):
+    assert parse_lengths("4k") == [4096] and parse_lengths("16384") == [16384]
+    assert parse_lengths("2k, 4k,8192,") == [2048, 4096, 8192] and parse_lengths("1.5k") == [1536]
+    # spaces and commas mix on the command line; a bad piece is one clear error, exit 2
+    out = tmp_path / "out"
+    assert main(["hf", "eval", str(model_dir / "model"), "--corpus", str(model_dir / "corpus"), "--docs", "1",
+                 "--lengths", "32,64", "48", "--out", str(out), "--no-progress"]) == 0
+    assert sorted(int(r["length"]) for r in read_csv(out / "results.csv")) == [32, 48, 64]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["hf", "eval", str(model_dir / "model"), "--lengths", "4k,lots", "--no-progress"])
+    assert e.value.code == 2 and "not a length: 'lots'" in capsys.readouterr().err
 
 
 def test_nll_fn_follows_the_shared_convention(model_dir):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from lengen.cli.options import parse_lengths
+
 EPILOG = """protocols:
   ppl           a context of the first L tokens of each sequence, one forward pass (no sliding
                 window) scoring all L next tokens
@@ -40,15 +42,6 @@ nothing is downloaded.
 """
 
 
-def parse_length(text: str) -> int:
-    """'4096' -> 4096, '4k' -> 4096."""
-    t = text.strip().lower()
-    try:
-        return int(float(t[:-1]) * 1024) if t.endswith("k") else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a length: {text!r} (use e.g. 4096 or 4k)") from None
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
@@ -64,8 +57,8 @@ def add_parser(sub) -> None:
     e.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
     e.add_argument("--methods", nargs="+", default=["rope"], metavar="SPEC",
                    help="methods to compare, space- or comma-separated as in `lengen lm eval` (default: rope)")
-    e.add_argument("--lengths", nargs="+", type=parse_length, required=True, metavar="L",
-                   help="context lengths in tokens (4096 or 4k)")
+    e.add_argument("--lengths", nargs="+", type=parse_lengths, required=True, metavar="L",
+                   help="context lengths in tokens (4096 or 4k), space- or comma-separated")
     e.add_argument("--protocol", choices=["ppl", "last-segment", "passkey"], default="ppl")
     e.add_argument("--corpus", metavar="PATH_OR_GLOB", help="local text files: a file, a folder or "
                    "a glob (default: this Python's standard-library sources)")
@@ -94,7 +87,7 @@ def run_eval(args) -> int:
     settings = EvalSettings(
         model_path=args.model_path, gguf_file=args.gguf_file,
         methods=[m for item in args.methods for m in split_methods(item)],
-        lengths=sorted(set(args.lengths)), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
+        lengths=sorted({n for item in args.lengths for n in item}), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
         segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
         train_length=args.train_length)
     out = Path(args.out)

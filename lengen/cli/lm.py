@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import parse_key_values
+from lengen.cli.options import parse_key_values, parse_lengths
 from lengen.errors import LengenError
 
 TRAIN_EPILOG = """examples:
@@ -46,13 +46,6 @@ TRAIN_FLAGS = {
     "grad_clip": "grad_clip", "seed": "seed", "checkpoint_every": "checkpoint_every",
     "log_every": "log_every", "val_windows": "val_windows",
 }
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_parser(sub) -> None:
@@ -113,7 +106,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--methods", default=None,
                    help="comma-separated methods (default for RoPE runs: rope, pi, ntk, yarn with factor = "
                    "longest length / training length, rerope, self_extend; base otherwise)")
-    p.add_argument("--lengths", type=_int_list, help="context lengths (default: 1, 2, 4, 8 x the training length)")
+    p.add_argument("--lengths", type=parse_lengths, help="context lengths, comma-separated, 4096 or 4k "
+                   "(default: 1, 2, 4, 8 x the training length)")
     p.add_argument("--protocol", default="ppl", choices=["ppl", "last-segment", "passkey"], help="(ppl)")
     p.add_argument("--segment", type=int, metavar="K", help="last-segment: scored tokens (default: min(training length, shortest length))")
     p.add_argument("--docs", type=int, default=16, help="validation sequences for ppl / last-segment (16)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 
 from lengen.errors import LengenError
@@ -28,6 +29,23 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
         if not sep or not key:
             raise LengenError(f"{flag} expects KEY=VALUE, got {item!r}")
         out[key.strip().replace("-", "_")] = parse_value(value.strip())
+    return out
+
+
+def parse_lengths(text: str) -> list[int]:
+    """Token counts for --lengths: '4096' -> [4096], '4k' -> [4096], '2k,4k,8192' -> [2048, 4096, 8192]."""
+    out = []
+    for piece in (x.strip().lower() for x in text.split(",")):
+        if not piece:
+            continue
+        try:
+            n = int(float(piece[:-1]) * 1024) if piece.endswith("k") else int(piece)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a length: {piece!r} (use e.g. 4096 or 4k, "
+                                             "several separated by commas or spaces)") from None
+        out.append(n)
+    if not out:
+        raise argparse.ArgumentTypeError(f"no length in {text!r}")
     return out
 
 
