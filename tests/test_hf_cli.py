@@ -85,6 +85,10 @@ def test_last_segment_and_passkey(model_dir, tmp_path):
     rows = read_csv(out / "results.csv")
     assert list(rows[0]) == ["method", "length", "accuracy"] and len(rows) == 2
     assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)
+    # results.json keeps every prompt's key and what the model generated, for inspection
+    for row in json.loads((out / "results.json").read_text())["rows"]:
+        assert len(row["answers"]) == 2 and all(isinstance(a["generated"], str) for a in row["answers"])
+        assert row["accuracy"] == sum(a["answer"] == a["key"] for a in row["answers"]) / 2
 
 
 def test_rerun_into_the_same_out_adds_methods_and_refuses_other_settings(model_dir, tmp_path, capsys):

@@ -186,12 +186,13 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             extend(model, method, train_length=train_length)
         try:
             t0 = time.time()
-            value = _score(settings, model, tokenizer, seqs, length, bar)
+            answers: list[dict] = []   # passkey: each prompt's key and generated text
+            value = _score(settings, model, tokenizer, seqs, length, bar, answers)
         finally:
             if method != PLAIN:
                 restore(model)
         rows.append({"method": method, "length": length, meta["metric"]: value,
-                     "seconds": round(time.time() - t0, 1)})
+                     "seconds": round(time.time() - t0, 1), **({"answers": answers} if answers else {})})
         if on_row is not None:
             on_row(result)
     bar.close()
@@ -263,7 +264,8 @@ def sequences(settings: EvalSettings, tokenizer, need: int | None = None) -> lis
     return seqs
 
 
-def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress) -> float:
+def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress,
+           answers: list | None = None) -> float:
     if settings.protocol == "ppl":
         return perplexity_vs_length(nll_fn(model), seqs, [length], progress=progress)[0].ppl
     if settings.protocol == "last-segment":
@@ -272,7 +274,7 @@ def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return passkey_accuracy(greedy_fn(model, pad if pad is not None else 0), tokenizer.encode,
                             tokenizer.decode, [length], settings.trials, settings.seed,
-                            progress=progress)[0].accuracy
+                            progress=progress, records=answers)[0].accuracy
 
 
 # --- results: OUT/results.csv, results.json, plot.png -------------------------------------------
