@@ -23,8 +23,9 @@ class Task(abc.ABC):
 
     Subclasses set `name`, `level` ("R", "DCF" or "CS"), `input_vocab_size`, `output_vocab_size`,
     and implement `output_length` and `solve` (plus `sample_inputs` when inputs are not uniform
-    symbols, or `_sample` when they are not drawn independently of the answer). `sample` validates arguments and builds the
-    default all-true mask unless the task returns its own (the terminator tasks do).
+    symbols, or `_sample` when they are not drawn independently of the answer). `sample`
+    validates arguments and builds the default all-true mask unless the task returns its own
+    (the terminator tasks do).
     """
 
     name: str
