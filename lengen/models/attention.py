@@ -37,6 +37,11 @@ def causal_additive_mask(tq: int, tk: int, device) -> torch.Tensor:
     return torch.zeros(tq, tk, device=device).masked_fill(j > i, float("-inf"))
 
 
+def _head_views(qkv: torch.Tensor, heads: int):
+    B, T, _ = qkv.shape
+    return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+
+
 class _SplitHeads(torch.autograd.Function):
     """q, k, v [B, H, T, hd] as views of the fused projection [B, T, 3*H*hd]. Autograd's own
     backward of view/permute/unbind stacks the three gradients and then copies them again to
@@ -44,8 +49,7 @@ class _SplitHeads(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, heads):
-        B, T, _ = qkv.shape
-        return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        return _head_views(qkv, heads)
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
@@ -60,8 +64,7 @@ def split_heads(qkv: torch.Tensor, heads: int):
     """(q, k, v), each [B, H, T, hd], from the fused projection output [B, T, 3*H*hd]."""
     if torch.is_grad_enabled() and qkv.requires_grad:
         return _SplitHeads.apply(qkv, heads)
-    B, T, _ = qkv.shape
-    return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+    return _head_views(qkv, heads)
 
 
 class SelfAttention(nn.Module):
