@@ -394,7 +394,7 @@ def test_every_encoding_trains_and_runs_past_training_length(pe, positions):
 # -- presets ----------------------------------------------------------------------------------
 
 def test_presets_name_real_components():
-    from lengen.cli.train import FLAG_TARGETS
+    from lengen.training.options import TRAIN_OPTIONS as FLAG_TARGETS
 
     assert {"ruoss-randomized", "su-equal-mean", "fire", "fire-s"} <= set(PRESETS)
     for name, preset in PRESETS.items():

@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lengen.cli.options import set_threads
+from lengen.cli.train import add_device_arguments
+
 EPILOG = """The runs are ordinary run directories (resumable: rerun to continue), so
 `lengen eval demo_runs/rope-randomized --positions uniform` works on them afterwards."""
 
@@ -24,23 +27,28 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="demo_runs", help="directory for the two runs and the plot")
     p.add_argument("--no-progress", action="store_true")
+    add_device_arguments(p, defaults=True)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from lengen.cli.options import format_table
+    from lengen.devices import resolve_device
     from lengen.models.config import ModelConfig
     from lengen.training.config import TrainConfig
     from lengen.training.loop import train
     from lengen.training.plots import plot_accuracy
 
+    set_threads(args.threads)
+    resolve_device(args.device)  # a missing GPU: one line before anything is written
     out = Path(args.out)
     records = {}
     for positions in ("standard", "randomized"):
         cfg = TrainConfig(task=args.task, model=ModelConfig(pe=args.pe), positions=positions,
                           steps=args.steps, train_length=args.train_length, max_length=args.max_length,
                           eval_samples=args.eval_samples, lr=args.lr, seed=args.seed,
-                          checkpoint_every=max(1, args.steps // 5))
+                          checkpoint_every=max(1, args.steps // 5), device=args.device,
+                          precision=args.precision)
         label = f"{args.pe} ({positions} positions)"
         print(f"\n== {label} ==")
         records[label] = train(cfg, out / f"{args.pe}-{positions}", progress=not args.no_progress)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.train import print_eval
+from lengen.cli.options import set_threads
+from lengen.cli.train import add_device_arguments, print_eval
 from lengen.training.run_dir import RunDir
 
 EPILOG = """examples:
@@ -25,6 +26,7 @@ def add_parser(sub) -> None:
                    help="test-time positions (default: the run's)")
     p.add_argument("--eval-samples", type=int, help="samples per length (default: the run's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_device_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -33,8 +35,16 @@ def run(args) -> int:
     from lengen.training.config import TrainConfig
     from lengen.training.loop import evaluate_run
 
+    set_threads(args.threads)
     run_dir = RunDir(args.run_dir)
     cfg = TrainConfig.from_dict(run_dir.read_config())
+    if args.device is not None:
+        cfg.device = args.device
+    if args.precision is not None:
+        cfg.precision = args.precision
+    from lengen.devices import resolve_device
+
+    resolve_device(cfg.device)  # a missing GPU: one line before any work
     if args.max_length is not None and args.max_length < 1:
         raise LengenError(f"--max-length must be >= 1, got {args.max_length}")
     if args.eval_samples is not None and args.eval_samples < 1:

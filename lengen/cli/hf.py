@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from lengen.cli.options import parse_lengths
+from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 EPILOG = """protocols:
   ppl           a context of the first L tokens of each sequence, one forward pass (no sliding
@@ -33,6 +34,14 @@ examples:
   lengen hf eval ./my-llama --protocol last-segment --segment 1024 --lengths 2k 4k 8k \\
       --methods rope dynamic:factor=4 --corpus 'books/*.txt'
   lengen hf eval ./my-llama --protocol passkey --trials 20 --lengths 4k 8k --methods rope yarn:factor=2
+  # on a GPU: float32 weights, bfloat16 matmuls (or --dtype bfloat16: half the memory)
+  lengen hf eval ./my-llama --device cuda --precision bf16 --lengths 8k 16k --methods rope yarn:factor=4
+
+--dtype and --precision: --dtype is how the weights are stored (loaded on the CPU in it, then
+moved to --device); --precision is how the forward pass computes: bf16 autocasts matmuls to
+bfloat16 (float32 weights stay float32 in memory), tf32 runs float32 matmuls in TensorFloat-32 on
+CUDA. --dtype bfloat16 computes in bfloat16 by itself; --precision bf16 with --dtype float16 is
+refused.
 
 Writes OUT/results.csv (method,length,ppl|accuracy), OUT/results.json (rows + settings and
 versions) and OUT/plot.png (the trained length marked), saved after every result (all methods
@@ -69,7 +78,13 @@ def add_parser(sub) -> None:
     e.add_argument("--seed", type=int, default=0, help="passkey seed (default 0)")
     e.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="the weights' storage type when loaded (default float32); see --precision")
+    e.add_argument("--device", default="auto", metavar="DEVICE",
+                   help=f"where the model is moved after loading and evaluated: {DEVICE_HELP}")
+    e.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help=f"numeric mode of the forward passes: {PRECISION_HELP}; see "
+                   "'--dtype and --precision' below")
     e.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
                    help="the model's attention implementation (default sdpa)")
     e.add_argument("--out", default="runs/hf-eval", metavar="DIR",
@@ -89,7 +104,7 @@ def run_eval(args) -> int:
         methods=[m for item in args.methods for m in split_methods(item)],
         lengths=sorted({n for item in args.lengths for n in item}), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
         segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
-        train_length=args.train_length)
+        train_length=args.train_length, device=args.device, precision=args.precision)
     out = Path(args.out)
     previous = load_result(out)
     if previous is not None and not args.no_progress:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import parse_key_values, parse_lengths
+from lengen.cli.options import parse_key_values, parse_lengths, set_threads
+from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.errors import LengenError
 
 TRAIN_EPILOG = """examples:
@@ -13,10 +14,13 @@ TRAIN_EPILOG = """examples:
   # another encoding, your own text, a shorter run
   lengen lm train --pe alibi --corpus 'notes/**/*.md' --steps 300 --out runs/lm-alibi
   lengen lm train --pe rope --pe-option base=500 --train-length 128 --seed 1 --out runs/lm-rope-b500
+  # on a GPU, bfloat16 autocast
+  lengen lm train --pe rope --device cuda --precision bf16 --out runs/lm-rope-gpu
 
-Interrupt with Ctrl-C and rerun the same command to resume from the last checkpoint. The run
-directory gets config.json, checkpoint.pt, metrics.jsonl and eval.json (validation perplexity at
-the training length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
+Interrupt with Ctrl-C and rerun the same command to resume from the last checkpoint, on any
+--device and in any --precision (neither is part of the run's identity). The run directory gets
+config.json, checkpoint.pt, metrics.jsonl and eval.json (validation perplexity at the training
+length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
 (default ~/.cache/lengen).
 """
 
@@ -44,7 +48,7 @@ TRAIN_FLAGS = {
     "val_fraction": "val_fraction", "train_length": "train_length", "steps": "steps",
     "batch_size": "batch_size", "lr": "lr", "warmup": "warmup", "weight_decay": "weight_decay",
     "grad_clip": "grad_clip", "seed": "seed", "checkpoint_every": "checkpoint_every",
-    "log_every": "log_every", "val_windows": "val_windows",
+    "log_every": "log_every", "val_windows": "val_windows", "device": "device", "precision": "precision",
 }
 
 
@@ -92,10 +96,19 @@ def _add_train(sub) -> None:
     g.add_argument("--log-every", type=int, help=f"metrics row every this many steps ({d.log_every})")
     g.add_argument("--val-windows", type=int, help=f"validation windows for the final ppl ({d.val_windows})")
     g.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/lm-PE-LTRAIN-sSEED)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_device_arguments(p, "training and the final validation run", "training and validation")
+    p.set_defaults(func=run_train)
+
+
+def _add_device_arguments(p, where: str, passes: str) -> None:
+    """--device, --precision and --threads (None when not given: the config's defaults apply)."""
+    g = p.add_argument_group("device")
+    g.add_argument("--device", metavar="DEVICE", help=f"where {where}: {DEVICE_HELP}")
+    g.add_argument("--precision", choices=PRECISIONS,
+                   help=f"numeric mode of the forward passes ({passes}): {PRECISION_HELP}")
     g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often "
                    "faster on a machine busy with other jobs)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run_train)
 
 
 def _add_eval(sub) -> None:
@@ -115,8 +128,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="passkey prompt seed (0)")
     p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass (1)")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_device_arguments(p, "the evaluation runs", "evaluation")
     p.set_defaults(func=run_eval)
 
 
@@ -137,16 +150,6 @@ def config_from_args(args):
     for key, value in given.items():
         _set(d, TRAIN_FLAGS[key], value)
     return LMConfig.from_dict(d)
-
-
-def set_threads(n: int | None) -> None:
-    if n is None:
-        return
-    if n < 1:
-        raise LengenError(f"--threads must be >= 1, got {n}")
-    import torch
-
-    torch.set_num_threads(n)
 
 
 def run_train(args) -> int:
@@ -174,7 +177,8 @@ def run_eval(args) -> int:
         raise LengenError("--segment applies to --protocol last-segment only")
     ecfg = LMEvalConfig(methods=methods, lengths=args.lengths or [], protocol=args.protocol,
                         segment=args.segment, docs=args.docs, trials=args.trials, seed=args.seed,
-                        batch_size=args.batch_size)
+                        batch_size=args.batch_size, device=args.device or "auto",
+                        precision=args.precision or "fp32")
     res = evaluate_lm(args.run_dir, ecfg, args.out, progress=not args.no_progress)
     print(res["table"])
     notes = {r["note"] for r in res["rows"] if r.get("note")}

@@ -57,3 +57,14 @@ def format_table(headers: list[str], rows: list[list], floatfmt: str = "{:.3f}")
     line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(headers), sep, *(line(r) for r in cells)])
+
+
+def set_threads(n: int | None) -> None:
+    """--threads: torch's CPU thread count (None keeps torch's choice)."""
+    if n is None:
+        return
+    if n < 1:
+        raise LengenError(f"--threads must be >= 1, got {n}")
+    import torch
+
+    torch.set_num_threads(n)

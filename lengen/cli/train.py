@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
 
-from lengen.cli.options import format_table, parse_key_values
-from lengen.errors import LengenError
-from lengen.models.config import ModelConfig
+from lengen.cli.options import format_table, parse_key_values, set_threads
+from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.training.config import TrainConfig
+from lengen.training.options import TRAIN_OPTIONS, config_from_options
 
 EPILOG = """examples:
   # the seed paper's experiment on one task: standard vs randomized RoPE
@@ -22,19 +21,6 @@ EPILOG = """examples:
 Interrupt with Ctrl-C and rerun the same command to resume from the last checkpoint.
 The run directory gets config.json, metrics.jsonl, checkpoint.pt, eval.json and accuracy.png.
 """
-
-# flag dest -> where it goes in TrainConfig ("model." prefix: ModelConfig)
-FLAG_TARGETS = {
-    "task": "task", "pe": "model.pe", "pe_options": "model.pe_options", "positions": "positions",
-    "position_options": "position_options", "test_positions": "test_positions", "steps": "steps",
-    "batch_size": "batch_size", "train_length": "train_length", "max_length": "max_length",
-    "eval_samples": "eval_samples", "lr": "lr", "seed": "seed", "checkpoint_every": "checkpoint_every",
-    "log_every": "log_every", "max_position": "model.max_position", "layers": "model.num_layers",
-    "heads": "model.num_heads", "d_model": "model.d_model", "d_ff": "model.d_ff",
-    "dropout": "model.dropout", "norm": "model.norm", "logit_scale": "model.logit_scale",
-    "key_norm": "model.key_norm", "grad_clip": "grad_clip",
-}
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a CHE model and evaluate it past its training length",
@@ -74,35 +60,26 @@ def add_parser(sub) -> None:
     g.add_argument("--log-every", type=int, help="metrics row every this many steps (default 50)")
     g.add_argument("--out", help="run directory (default runs/TASK-PE-POSITIONS-sSEED)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_device_arguments(p)
     p.set_defaults(func=run)
 
 
-def _set(target: dict, dotted: str, value) -> None:
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        target = target.setdefault(k, {})
-    target[keys[-1]] = value
+def add_device_arguments(p, defaults: bool = False) -> None:
+    """--device, --precision and --threads, shared by every CHE command."""
+    g = p.add_argument_group("device")
+    g.add_argument("--device", default="auto" if defaults else None, help=DEVICE_HELP)
+    g.add_argument("--precision", default="fp32" if defaults else None, choices=PRECISIONS,
+                   help=PRECISION_HELP)
+    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core; "
+                   "1 is often faster on a machine busy with other jobs)")
 
 
 def config_from_args(args) -> TrainConfig:
-    d = TrainConfig().to_dict()
-    given = {k: v for k, v in vars(args).items() if k in FLAG_TARGETS and v is not None}
+    given = {k: v for k, v in vars(args).items() if k in TRAIN_OPTIONS and v is not None}
     for key in ("pe_options", "position_options"):
         if key in given:
             given[key] = parse_key_values(given[key], "--" + key.replace("_options", "-option"))
-    if getattr(args, "preset", None):
-        from lengen.presets import get_preset
-
-        preset = {k: v for k, v in get_preset(args.preset).items() if k != "description"}
-        unknown = set(preset) - set(FLAG_TARGETS)
-        if unknown:
-            raise LengenError(f"preset {args.preset!r} sets unknown keys {sorted(unknown)}")
-        given = {**preset, **given}
-    for key, value in given.items():
-        _set(d, FLAG_TARGETS[key], value)
-    valid_model = {f.name for f in fields(ModelConfig)}
-    assert set(d["model"]) <= valid_model
-    return TrainConfig.from_dict(d)
+    return config_from_options(given, preset=getattr(args, "preset", None))
 
 
 def print_eval(record: dict) -> None:
@@ -118,6 +95,7 @@ def print_eval(record: dict) -> None:
 def run(args) -> int:
     from lengen.training.loop import train
 
+    set_threads(args.threads)
     cfg = config_from_args(args)
     out = args.out or f"runs/{cfg.task}-{cfg.model.pe}-{cfg.positions}-s{cfg.seed}"
     record = train(cfg, out, progress=not args.no_progress)

@@ -1,6 +1,11 @@
 """`lengen hf eval`'s engine: load a local Hugging Face model, apply each method in turn and run
 one protocol of lengen.protocols at every length, on sequences from lengen.data (the corpus
-tokenized with the model's tokenizer)."""
+tokenized with the model's tokenizer).
+
+Device and precision: the model is loaded on the CPU in settings.dtype (its weights' storage
+type), moved to settings.device, and every forward pass runs in settings.precision: "bf16"
+autocasts the matmuls of float32 (or bfloat16) weights to bfloat16; "tf32" lets CUDA run float32
+matmuls in TensorFloat-32. Token ids go to the model's device in nll_fn / greedy_fn."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import torch.nn.functional as F
 
 from lengen import io
 from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
+from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
@@ -45,6 +51,8 @@ class EvalSettings:
     dtype: str = "float32"
     attn: str = "sdpa"
     train_length: int | None = None  # default: config.max_position_embeddings
+    device: str = "auto"             # auto | cpu | cuda | cuda:N (lengen.devices)
+    precision: str = "fp32"          # fp32 | tf32 | bf16: the forward passes' numeric mode
 
     def check(self) -> None:
         if self.protocol not in METRIC:
@@ -61,6 +69,10 @@ class EvalSettings:
             raise LengenError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.attn not in ("sdpa", "eager"):
             raise LengenError(f"--attn must be sdpa or eager, got {self.attn!r}")
+        check_precision(self.precision)
+        if self.precision == "bf16" and self.dtype == "float16":
+            raise LengenError("--precision bf16 autocasts to bfloat16, which float16 weights cannot mix "
+                              "with; use --dtype bfloat16 or float32, or --precision fp32")
         self.check_methods()
         self.check_model_path()
 
@@ -138,8 +150,9 @@ def greedy_fn(model, pad_token_id: int):
 
 
 # settings that change what a (method, length) row means: rows are reused only if they agree
+# (device is not one: a row measured on the CPU and on a GPU agree within rounding)
 SAME_RESULTS = ("model_path", "gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
-                "dtype", "attn", "train_length")
+                "dtype", "attn", "train_length", "precision")
 
 
 def run(settings: EvalSettings, progress: bool = True, previous: dict | None = None,
@@ -152,9 +165,10 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     from tqdm.auto import tqdm
 
     settings.check()
+    device = resolve_device(settings.device)  # a missing GPU fails before the model is loaded
     key = comparable(settings)
     if previous is not None:
-        old = previous["meta"].get("settings") or {}
+        old = {"precision": "fp32", **(previous["meta"].get("settings") or {})}  # older results: fp32
         if any(old.get(k) != v for k, v in key.items()):
             raise LengenError(f"the output folder holds results of other settings "
                               f"({_difference(old, key)}); use another --out")
@@ -165,6 +179,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
     model, tokenizer = load(settings)
+    model.to(device)
     if any(m != PLAIN for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
     train_length = settings.train_length or int(model.config.max_position_embeddings)
@@ -174,7 +189,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "train_length": train_length, "model_type": model.config.model_type,
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
             "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
-            "transformers": transformers.__version__,
+            "device": str(device), "transformers": transformers.__version__,
             "torch": torch.__version__, "python": platform.python_version()}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
@@ -187,7 +202,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
         try:
             t0 = time.time()
             answers: list[dict] = []   # passkey: each prompt's key and generated text
-            value = _score(settings, model, tokenizer, seqs, length, bar, answers)
+            with precision_context(settings.precision, device):
+                value = _score(settings, model, tokenizer, seqs, length, bar, answers)
         finally:
             if method != PLAIN:
                 restore(model)

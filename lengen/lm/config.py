@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig
 
@@ -30,9 +31,12 @@ class LMConfig:
     checkpoint_every: int = 200
     log_every: int = 20
     val_windows: int = 128             # validation windows of train_length tokens for the final ppl
+    device: str = "auto"               # auto | cpu | cuda | cuda:N (lengen.devices)
+    precision: str = "fp32"            # fp32 | tf32 | bf16 (lengen.devices)
 
     #: what defines the checkpoint; the others (checkpointing, validation size) may change on resume.
-    #: `steps` is part of it because the learning-rate schedule depends on it.
+    #: `steps` is part of it because the learning-rate schedule depends on it. `device` and
+    #: `precision` are not: a run may resume on another device or in another numeric mode.
     IDENTITY = ["model", "corpus", "val_fraction", "train_length", "steps", "batch_size", "lr", "warmup",
                 "weight_decay", "grad_clip", "seed", "log_every"]
 
@@ -65,6 +69,7 @@ class LMConfig:
             raise LengenError(f"lr must be > 0, got {self.lr}")
         if not 0.0 < self.val_fraction < 1.0:
             raise LengenError(f"val-fraction must be in (0, 1), got {self.val_fraction}")
+        check_precision(self.precision)
         if not self.model.causal:
             raise LengenError("a language model must be causal")
         if self.model.pe == "learned" and self.model.max_position < self.train_length:

@@ -7,9 +7,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from lengen.data import load_corpus, long_sequences
+from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
 from lengen.lm.methods import default_methods, resolve_methods
@@ -32,6 +34,8 @@ class LMEvalConfig:
     seed: int = 0                   # passkey: prompt randomness
     max_new_tokens: int = 10        # passkey: greedy continuation length
     batch_size: int = 1
+    device: str = "auto"            # auto | cpu | cuda | cuda:N (lengen.devices)
+    precision: str = "fp32"         # fp32 | tf32 | bf16: the forward passes' numeric mode
 
     def validate(self, train_length: int) -> None:
         if self.protocol not in PROTOCOLS:
@@ -51,15 +55,18 @@ class LMEvalConfig:
                                   f"(the shortest length: every length scores the same last K tokens)")
 
 
-def load_run(run_dir: str | Path) -> tuple[LMConfig, DecoderLM]:
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[LMConfig, DecoderLM]:
+    """The run's config and its trained model in eval mode on `device` (a spec or a torch.device;
+    the device the run was trained on does not matter)."""
+    device = resolve_device(device)
     run = RunDir(run_dir)
     cfg = LMConfig.from_dict(run.read_config())
-    ckpt = run.load_checkpoint()
+    ckpt = run.load_checkpoint()  # map_location cpu
     if ckpt is None:
         raise LengenError(f"{run.path} has no checkpoint yet; train it first")
     model = DecoderLM(cfg.model, ByteTokenizer.vocab_size)
     model.load_state_dict(ckpt["model"])
-    return cfg, model.eval()
+    return cfg, model.to(device).eval()
 
 
 def _point_rows(label: str, fn, lengths: list[int]) -> list[dict]:
@@ -119,8 +126,11 @@ def _ppl_rows(model, methods, ecfg: LMEvalConfig, cfg: LMConfig, meta: dict, bar
 def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | None = None,
                 progress: bool = True) -> dict:
     """Evaluate every method at every length; write results.csv, results.json and the plot into
-    out_dir (default RUN_DIR/eval-PROTOCOL). Returns rows, the markdown table and the paths."""
-    cfg, model = load_run(run_dir)
+    out_dir (default RUN_DIR/eval-PROTOCOL). Returns rows, the markdown table and the paths.
+    The model runs on ecfg.device in ecfg.precision; token ids are moved to it per forward pass."""
+    device = resolve_device(ecfg.device)  # a missing GPU fails before the model is loaded
+    check_precision(ecfg.precision)
+    cfg, model = load_run(run_dir, device)
     ecfg.validate(cfg.train_length)
     if not ecfg.methods:
         ecfg.methods = default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
@@ -129,10 +139,12 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
     bar = tqdm(total=len(methods) * len(ecfg.lengths), desc=f"lm eval {ecfg.protocol}",
                disable=not progress, dynamic_ncols=True)
-    if ecfg.protocol == "passkey":
-        rows, metric = _passkey_rows(model, methods, ecfg, meta, bar), "accuracy"
-    else:
-        rows, metric = _ppl_rows(model, methods, ecfg, cfg, meta, bar), "ppl"
+    meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")
+    with precision_context(ecfg.precision, device):
+        if ecfg.protocol == "passkey":
+            rows, metric = _passkey_rows(model, methods, ecfg, meta, bar), "accuracy"
+        else:
+            rows, metric = _ppl_rows(model, methods, ecfg, cfg, meta, bar), "ppl"
     bar.close()
     title = f"{cfg.model.pe} LM (train length {cfg.train_length}), {ecfg.protocol}" + (
         f" (last {ecfg.segment} tokens)" if ecfg.segment else "")

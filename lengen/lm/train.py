@@ -1,7 +1,12 @@
 """Train a decoder LM on random windows of a corpus (AdamW, warmup + cosine schedule, gradient
 clipping), then report validation perplexity at the training length next to a unigram baseline.
 Resumable like lengen.training.loop: the checkpoint holds the model, the optimiser and every random
-stream, so a resumed run ends with the same weights as an uninterrupted one."""
+stream, so a resumed run ends with the same weights as an uninterrupted one.
+
+Device and precision (cfg.device, cfg.precision; lengen.devices): the model is built on the CPU
+(the seed gives the same initial weights everywhere) and moved; batches are sampled on the CPU and
+moved once per step; the loss stays on the device and is read back only for a metrics row or a
+checkpoint, so a step never waits for the GPU."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from tqdm.auto import tqdm
 
 from lengen import io
 from lengen.data import consecutive_windows, load_corpus, sample_windows
+from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.lm.config import LMConfig
 from lengen.lm.model import DecoderLM
 from lengen.lm.tokenizer import ByteTokenizer
@@ -46,16 +52,20 @@ def make_optimizer(model: DecoderLM, cfg: LMConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused_optimizer_ok(model))
 
 
-def lm_loss(model: DecoderLM, batch: torch.Tensor) -> torch.Tensor:
-    logits = model(batch[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+def lm_loss(model: DecoderLM, batch: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """Mean next-token cross-entropy of `batch` (on the model's device); the forward pass runs in
+    `precision`, the cross-entropy in float32."""
+    with precision_context(precision, batch.device):
+        logits = model(batch[:, :-1])
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
 def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
     """Perplexity at the training length on non-overlapping validation windows, and the unigram
     model's (fit on the training documents) on the same targets."""
     windows = consecutive_windows(corpus.stream("val"), cfg.train_length, cfg.val_windows)
-    model_pt = perplexity_vs_length(model.nll_fn(), windows, [cfg.train_length], batch_size=8)[0]
+    with precision_context(cfg.precision, next(model.parameters()).device):  # as trained
+        model_pt = perplexity_vs_length(model.nll_fn(), windows, [cfg.train_length], batch_size=8)[0]
     counts = token_counts(corpus.stream("train"), ByteTokenizer.vocab_size)
     uni_pt = perplexity_vs_length(unigram_nll_fn(counts), windows, [cfg.train_length], batch_size=64)[0]
     return {"val_ppl": model_pt.ppl, "val_nll": model_pt.nll, "unigram_ppl": uni_pt.ppl,
@@ -65,28 +75,38 @@ def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
 def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     """Train (or resume) the run in `out`; write eval.json; return its record."""
     cfg.validate()
+    device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is loaded or written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
     stream = corpus.stream("train")
-    model = build_model(cfg)
+    model = build_model(cfg).to(device)  # built on the CPU: the same initial weights on every device
     run = RunDir(out)
     run.claim(cfg.to_dict(), identity_keys=LMConfig.IDENTITY)
     optimizer = make_optimizer(model, cfg)
     np_rng = np.random.default_rng(cfg.seed)
-    step, metrics, window = 0, [], []
+    # losses since the last metrics row: their sum stays on the device (float64), read back only
+    # for a row or a checkpoint
+    step, metrics, loss_sum, loss_count = 0, [], torch.zeros((), dtype=torch.float64, device=device), 0
 
-    ckpt = run.load_checkpoint()
+    ckpt = run.load_checkpoint()  # map_location cpu; load_state_dict copies onto the model's device
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        optimizer.load_state_dict(ckpt["optimizer"])  # moves its state to the parameters' device
         np_rng.bit_generator.state = ckpt["rng"]["numpy"]
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        step, window = ckpt["step"], list(ckpt["window"])
+        restore_rng_state(ckpt["rng"], device)  # checkpoints from before devices have no "cuda"
+        step = ckpt["step"]
+        if "loss_sum" in ckpt:
+            loss_sum.fill_(ckpt["loss_sum"])
+            loss_count = ckpt["loss_count"]
+        else:  # older checkpoints: the window's losses as a list
+            loss_sum.fill_(float(np.sum(ckpt["window"], dtype=np.float64)))
+            loss_count = len(ckpt["window"])
         metrics = [m for m in run.read_metrics() if m["step"] <= step]
 
     def checkpoint():
         run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "rng": {"numpy": np_rng.bit_generator.state, "torch": torch.get_rng_state()},
-                             "window": list(window), "config": cfg.to_dict()}, metrics)
+                             "rng": {"numpy": np_rng.bit_generator.state, **rng_state(device)},
+                             "loss_sum": loss_sum.item(), "loss_count": loss_count,
+                             "config": cfg.to_dict()}, metrics)
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"lm train {cfg.model.pe}", disable=not progress,
@@ -96,21 +116,24 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = torch.from_numpy(sample_windows(stream, cfg.train_length, cfg.batch_size, np_rng))
-        loss = lm_loss(model, batch)
+        (batch,) = to_device(device, batch)
+        loss = lm_loss(model, batch, cfg.precision)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
-        window.append(loss.item())
+        loss_sum += loss.detach()
+        loss_count += 1
         step += 1
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            row = {"step": step, "loss": float(np.mean(window)), "lr": lr_at(step - 1, cfg),
-                   "tokens": step * cfg.batch_size * cfg.train_length,
+            row = {"step": step, "loss": loss_sum.item() / loss_count,  # the host sync of a row
+                   "lr": lr_at(step - 1, cfg), "tokens": step * cfg.batch_size * cfg.train_length,
                    "seconds": round(time.perf_counter() - start, 3)}
             metrics.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.2f}")
-            window = []
+            loss_sum.zero_()
+            loss_count = 0
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             checkpoint()
     bar.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig
 
@@ -27,10 +28,14 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 500
     log_every: int = 50
+    device: str = "auto"                 # auto | cpu | cuda | cuda:N (lengen.devices)
+    precision: str = "fp32"              # fp32 | tf32 | bf16 (lengen.devices)
 
     #: keys that define what the checkpoint is; the others may change when a run is resumed
     IDENTITY = ["task", "model", "positions", "position_options", "batch_size", "train_length",
                 "lr", "grad_clip", "seed", "log_every"]
+    #: where a run executes, not what it computes: left out of a sweep run's identity hash
+    RUNTIME = ["device"]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,4 +59,7 @@ class TrainConfig:
             raise LengenError(f"steps must be >= 0, got {self.steps}")
         if self.lr <= 0:
             raise LengenError(f"lr must be > 0, got {self.lr}")
+        if not self.grad_clip > 0:
+            raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
+        check_precision(self.precision)
         self.model.validate()

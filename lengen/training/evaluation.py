@@ -8,6 +8,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from lengen.devices import to_device
 from lengen.positions import PositionSampler
 from lengen.tasks import Task
 
@@ -20,13 +21,17 @@ def length_generator(eval_seed: int, length: int):
 
 
 def masked_accuracy_counts(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor):
+    """(correct, counted) as 0-d tensors on the logits' device: reading them is the caller's sync."""
     correct = (logits.argmax(-1) == targets) & mask
-    return int(correct.sum()), int(mask.sum())
+    return correct.sum(), mask.sum()
 
 
 @torch.inference_mode()
 def accuracy_at_length(model, task: Task, length: int, sampler: PositionSampler, samples: int,
                        eval_seed: int, eval_tokens: int) -> float:
+    """Batches are drawn on the CPU (the same data on every device) and moved to the model's
+    device; the counts stay there until the length is done."""
+    device = next(model.parameters()).device
     rng, gen = length_generator(eval_seed, length)
     out_len = task.output_length(length)
     total = task.input_length(length) + out_len
@@ -36,10 +41,11 @@ def accuracy_at_length(model, task: Task, length: int, sampler: PositionSampler,
         b = task.sample(min(batch, samples - start), length, rng)
         # One position draw per batch, as in training (the paper's `random` test mode).
         pos = sampler(total, gen)
-        logits = model(b.inputs, out_len, pos)
-        c, n = masked_accuracy_counts(logits, b.targets, b.mask)
+        inputs, targets, mask, pos = to_device(device, b.inputs, b.targets, b.mask, pos)
+        logits = model(inputs, out_len, pos)
+        c, n = masked_accuracy_counts(logits, targets, mask)
         correct, count = correct + c, count + n
-    return correct / max(count, 1)
+    return int(correct) / max(int(count), 1)
 
 
 def evaluate_lengths(model, task: Task, lengths: Iterable[int], sampler: PositionSampler, samples: int,

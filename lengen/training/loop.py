@@ -5,8 +5,10 @@ an uninterrupted one."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -14,6 +16,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from lengen import io
+from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
+from lengen.errors import LengenError
 from lengen.positions import test_sampler
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
@@ -23,92 +27,119 @@ from lengen.training.run_dir import RunDir
 from lengen.training.setup import RunParts, build_run, total_length
 
 
-def _rng_state(np_rng, gen) -> dict:
-    return {"numpy": np_rng.bit_generator.state, "positions": gen.get_state(),
-            "torch": torch.get_rng_state()}
+class TrainingDiverged(LengenError):
+    """The training loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-def _restore_rng(state: dict, np_rng, gen) -> None:
+def _rng_state(np_rng, gen, device) -> dict:
+    return {"numpy": np_rng.bit_generator.state, "positions": gen.get_state(), **rng_state(device)}
+
+
+def _restore_rng(state: dict, np_rng, gen, device) -> None:
     np_rng.bit_generator.state = state["numpy"]
     gen.set_state(state["positions"])
-    torch.set_rng_state(state["torch"])
+    restore_rng_state(state, device)
 
 
 class Window:
-    """Running means of loss and accuracy between two log lines (saved with checkpoints)."""
+    """Running sums of loss and accuracy between two log lines. The sums stay on the model's
+    device between rows, so a step never waits for the GPU; `state()` (for checkpoints) and
+    `row()` read them back."""
 
     def __init__(self, state: dict | None = None):
-        self.__dict__.update(state or {"loss": 0.0, "correct": 0, "count": 0, "steps": 0})
+        state = state or {"loss": 0.0, "correct": 0, "count": 0, "steps": 0}
+        self.loss, self.correct, self.count, self.steps = (state["loss"], state["correct"], state["count"],
+                                                           state["steps"])
 
-    def add(self, loss: float, correct: int, count: int) -> None:
-        self.loss += loss
-        self.correct += correct
-        self.count += count
+    def add(self, loss, correct, count) -> None:
+        self.loss = self.loss + loss
+        self.correct = self.correct + correct
+        self.count = self.count + count
         self.steps += 1
 
+    def state(self) -> dict:
+        return {"loss": float(self.loss), "correct": int(self.correct), "count": int(self.count),
+                "steps": self.steps}
+
     def row(self, step: int) -> dict:
-        return {"step": step, "loss": self.loss / max(self.steps, 1),
-                "accuracy": self.correct / max(self.count, 1)}
+        s = self.state()
+        return {"step": step, "loss": s["loss"] / max(s["steps"], 1),
+                "accuracy": s["correct"] / max(s["count"], 1)}
 
 
-def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen):
+def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen, device):
+    """One step; returns (loss, correct, count) as tensors on `device` (no host sync)."""
     length = int(np_rng.integers(1, cfg.train_length + 1))
     batch = parts.task.sample(cfg.batch_size, length, np_rng)
     out_len = parts.task.output_length(length)
     positions = parts.train_sampler(total_length(parts.task, length), gen)
-    logits = parts.model(batch.inputs, out_len, positions)
+    inputs, targets, mask, positions = to_device(device, batch.inputs, batch.targets, batch.mask, positions)
+    with precision_context(cfg.precision, device):
+        logits = parts.model(inputs, out_len, positions)
     # Loss on every output position (terminator padding included), accuracy on the mask.
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.targets.reshape(-1))
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(parts.model.parameters(), cfg.grad_clip)
     optimizer.step()
-    correct, count = masked_accuracy_counts(logits.detach(), batch.targets, batch.mask)
-    return float(loss.detach()), correct, count
+    correct, count = masked_accuracy_counts(logits.detach(), targets, mask)
+    return loss.detach(), correct, count
 
 
-def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bool = True) -> dict:
-    """Train (or resume) the run in `out`, then evaluate and write eval.json and accuracy.png."""
+def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bool = True,
+          on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """Train (or resume) the run in `out`, then evaluate and write eval.json and accuracy.png.
+    `on_log(step, row)` is called with every metrics row (sweeps report progress through it)."""
+    device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is written
     torch.manual_seed(cfg.seed)  # before the model is built: the seed fixes the initial weights
     parts = build_run(cfg)
     run = RunDir(out)
     run.claim(cfg.to_dict(), identity_keys=TrainConfig.IDENTITY)
-    model = parts.model
+    model = parts.model.to(device)
     # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
                                  fused=fused_optimizer_ok(model))
     np_rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    step, metrics, window = 0, [], Window()
+    step, metrics, window, seconds = 0, [], Window(), 0.0
 
     ckpt = run.load_checkpoint()
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        _restore_rng(ckpt["rng"], np_rng, gen)
-        step, window = ckpt["step"], Window(ckpt["window"])
+        _restore_rng(ckpt["rng"], np_rng, gen, device)
+        step, window, seconds = ckpt["step"], Window(ckpt["window"]), ckpt.get("seconds", 0.0)
         metrics = [m for m in run.read_metrics() if m["step"] <= step]
 
     def checkpoint():
         run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "rng": _rng_state(np_rng, gen), "window": dict(window.__dict__),
-                             "config": cfg.to_dict()}, metrics)
+                             "rng": _rng_state(np_rng, gen, device), "window": window.state(),
+                             "seconds": elapsed(), "config": cfg.to_dict()}, metrics)
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task} {cfg.model.pe}/{cfg.positions}",
                disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
+
+    def elapsed() -> float:
+        """Training seconds over every session of this run (a resumed run keeps counting)."""
+        return round(seconds + time.perf_counter() - start, 3)
+
     while step < cfg.steps:
-        loss, correct, count = train_step(parts, cfg, optimizer, np_rng, gen)
-        window.add(loss, correct, count)
+        window.add(*train_step(parts, cfg, optimizer, np_rng, gen, device))
         step += 1
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            row = window.row(step)
-            row["seconds"] = round(time.perf_counter() - start, 3)
+            row = window.row(step)  # the one host sync: a metrics row
+            if not math.isfinite(row["loss"]):
+                raise TrainingDiverged(f"training diverged at step {step} (loss {row['loss']}); the last "
+                                       f"checkpoint is kept; lower --lr or --grad-clip")
+            row["seconds"] = elapsed()
             metrics.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
             window = Window()
+            if on_log is not None:
+                on_log(step, row)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             checkpoint()
     bar.close()
@@ -116,15 +147,18 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
         checkpoint()
     if not evaluate:
         return {}
-    return evaluate_run(run, parts=parts, cfg=cfg, progress=progress)
+    return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=elapsed())
 
 
 def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | None = None,
                  test_mode: str | None = None, max_length: int | None = None,
-                 eval_samples: int | None = None, progress: bool = True, suffix: str = "") -> dict:
-    """Evaluate the checkpoint of `run` at lengths 1..max_length; write eval{suffix}.json and
-    accuracy{suffix}.png. Returns the eval record."""
+                 eval_samples: int | None = None, progress: bool = True, suffix: str = "",
+                 train_seconds: float | None = None) -> dict:
+    """Evaluate the checkpoint of `run` at lengths 1..max_length on cfg.device in cfg.precision;
+    write accuracy{suffix}.png, then eval{suffix}.json (last: its presence means the evaluation
+    finished). Returns the eval record."""
     cfg = cfg or TrainConfig.from_dict(run.read_config())
+    device = resolve_device(cfg.device)
     max_length = max_length or cfg.max_length
     if parts is None or test_mode is not None or max_length != cfg.max_length:
         loaded = parts.model if parts is not None else None
@@ -134,17 +168,18 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
         else:
             ckpt = run.load_checkpoint()
             if ckpt is None:
-                from lengen.errors import LengenError
-
                 raise LengenError(f"{run.path} has no checkpoint yet; train it first")
             parts.model.load_state_dict(ckpt["model"])
+    parts.model.to(device)
     sampler = test_sampler(parts.test_mode, cfg.model.max_position)
     samples = eval_samples or cfg.eval_samples
     lengths = range(1, max_length + 1)
     bar = tqdm(total=len(lengths), desc=f"eval ({parts.test_mode} positions)", disable=not progress,
                dynamic_ncols=True)
-    acc = evaluate_lengths(parts.model, parts.task, lengths, sampler, samples, cfg.eval_seed,
-                           cfg.eval_tokens, progress=bar)
+    start = time.perf_counter()
+    with precision_context(cfg.precision, device):
+        acc = evaluate_lengths(parts.model, parts.task, lengths, sampler, samples, cfg.eval_seed,
+                               cfg.eval_tokens, progress=bar)
     bar.close()
     record = {
         "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
@@ -154,8 +189,12 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
         "accuracy_in_train_range": float(np.mean([a for n, a in acc.items() if n <= cfg.train_length])),
         "bands": [{"lengths": label, "accuracy": a} for label, a in band_table(acc, cfg.train_length)],
         "accuracy_by_length": {str(n): a for n, a in acc.items()},
+        "device": str(device), "precision": cfg.precision,
+        "eval_seconds": round(time.perf_counter() - start, 3),
     }
-    io.write_json(run.file(f"eval{suffix}.json"), record)
+    if train_seconds is not None:
+        record["train_seconds"] = train_seconds
     plot_accuracy({f"{cfg.model.pe} / {cfg.positions} (test: {parts.test_mode})": acc}, cfg.train_length,
                   run.file(f"accuracy{suffix}.png"), title=cfg.task)
+    io.write_json(run.file(f"eval{suffix}.json"), record)
     return record

@@ -1,0 +1,132 @@
+"""`lengen sweep`: many `lengen train` runs from one YAML grid, resumable, locally or on Ray."""
+
+from __future__ import annotations
+
+import argparse
+
+from lengen.devices import DEVICE_HELP
+
+RUN_EPILOG = """examples:
+  lengen sweep presets                                   # the shipped sweeps and their sizes
+  lengen sweep run ruoss2023-mini --out sweeps/mini      # a preset, on this machine's cores
+  lengen sweep run my_sweep.yaml --out sweeps/mine --dry-run
+  lengen sweep run ruoss2023 --out sweeps/full --device cuda --runs-per-gpu 8
+  lengen sweep run ruoss2023 --out /shared/full --backend ray --ray-address auto
+  lengen sweep status sweeps/mini
+
+A sweep file (YAML) holds `lengen train` options (dashes or underscores):
+  name: mini
+  grid:                     # lists: the sweep is their cross product
+    task: [parity_check, bucket_sort]
+    pe: [none, rope, learned]
+    positions: [standard, randomized]
+    seed: [0, 1, 2]
+    lr: [1e-4, 3e-4]
+  fixed: {steps: 2000, train_length: 20, max_length: 60}
+  exclude:                  # combinations to skip (a list value means any of them)
+    - {pe: none, positions: randomized}
+
+Each run lives in OUT/runs/<id>/ (a `lengen train` run directory; the id hashes its whole config).
+Kill a sweep at any time and rerun the same command: finished runs are skipped, interrupted ones
+resume from their last checkpoint, failed ones are retried. OUT/results.csv (one row per finished
+run) and OUT/accuracy_by_length.csv (run_id, length, accuracy) are rebuilt from the run
+directories; pandas.read_csv reads both.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run a grid of training runs (resumable; local pool or Ray)",
+                       description=__doc__)
+    s = p.add_subparsers(dest="sweep_command", metavar="COMMAND")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    r = s.add_parser("run", help="run (or resume) a sweep", description="Run every unfinished run of a "
+                     "sweep file or preset.", epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("spec", metavar="SPEC", help="a sweep file (YAML) or a preset name (`lengen sweep presets`)")
+    r.add_argument("--out", required=True, metavar="DIR", help="the sweep folder (created; reused to resume)")
+    r.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local: a process pool on this machine (default); ray: Ray tasks on a cluster "
+                   "(pip install \"lengen[sweep]\")")
+    r.add_argument("--device", default="auto", help=DEVICE_HELP)
+    r.add_argument("--workers", type=int, help="local: runs at once (default: CPU cores / --threads; on "
+                   "GPUs --runs-per-gpu x GPUs)")
+    r.add_argument("--threads", type=int, help="torch CPU threads per run (default 1 on the CPU; on GPUs "
+                   "cores / workers)")
+    r.add_argument("--runs-per-gpu", type=int, default=4, metavar="K",
+                   help="runs sharing each GPU: one small model leaves most of a GPU idle (default 4)")
+    r.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
+    r.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=run)
+
+    st = s.add_parser("status", help="done / running / failed / pending runs of a sweep folder",
+                      description="Counts of a sweep folder's runs by state, and each failed run's error and log.")
+    st.add_argument("dir", metavar="DIR", help="a folder written by `lengen sweep run`")
+    st.set_defaults(func=status)
+
+    pr = s.add_parser("presets", help="the sweeps shipped with lengen",
+                      description="The sweep presets shipped with lengen: name, runs, description.")
+    pr.add_argument("--show", metavar="NAME", help="print one preset's YAML (copy it to make your own)")
+    pr.set_defaults(func=presets)
+
+
+def _point(point: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+def run(args) -> int:
+    from lengen.sweeps import SweepOptions, expand, load_spec, run_sweep
+
+    spec = load_spec(args.spec)
+    if args.dry_run:
+        runs = expand(spec)
+        print(f"sweep {spec.name}: {len(runs)} runs")
+        for r in runs[:20]:
+            print(f"  {r.run_id}  {_point(r.point)}")
+        if len(runs) > 20:
+            print(f"  ... and {len(runs) - 20} more")
+        return 0
+    opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
+                        runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address,
+                        progress=not args.no_progress)
+    counts = run_sweep(spec, args.out, opts)
+    print(f"sweep {spec.name}: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending")
+    print(f"results: {args.out}/results.csv ({counts['results']} rows), {args.out}/accuracy_by_length.csv")
+    if counts["failed"]:
+        print(f"see `lengen sweep status {args.out}`; rerun the same command to retry the failed runs")
+        return 1
+    return 0
+
+
+def status(args) -> int:
+    from lengen.sweeps import sweep_status
+
+    st = sweep_status(args.dir)
+    c = st["counts"]
+    print(f"sweep {st['name']}: {st['total']} runs: {c['done']} done, {c['running']} running, "
+          f"{c['failed']} failed, {c['pending']} pending ({st['resumable']} with a checkpoint to resume)")
+    for r in st["running"]:
+        print(f"  running {r['run_id']}: step {r['step']}/{r['steps']}")
+    for f in st["failed"]:
+        print(f"  failed {f['run_id']} ({_point(f['point'])}): {f['error']}\n    log: {f['log']}")
+    return 0
+
+
+def presets(args) -> int:
+    from lengen.cli.options import format_table
+    from lengen.errors import LengenError
+    from lengen.sweeps import expand, load_spec
+    from lengen.sweeps.presets import preset_names, preset_path
+
+    if args.show:
+        path = preset_path(args.show)
+        if path is None:
+            raise LengenError(f"unknown sweep preset {args.show!r}; valid: {', '.join(preset_names())}")
+        print(path.read_text(), end="")
+        return 0
+    rows = []
+    for name in preset_names():
+        spec = load_spec(name)
+        rows.append([name, len(expand(spec)), spec.description])
+    print(format_table(["preset", "runs", "what it is"], rows))
+    return 0

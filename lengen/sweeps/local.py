@@ -1,0 +1,82 @@
+"""The local backend: a pool of worker processes on this machine, no server. On the CPU each
+worker gets `threads` torch threads; on GPUs, K workers share each visible GPU (one small model
+leaves most of a GPU idle)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+_device: str | None = None
+
+
+def _init_worker(threads: int, devices: list[str], counter) -> None:
+    """Runs once in each worker: its thread count and its device (round-robin over `devices`)."""
+    global _device
+    import torch
+
+    torch.set_num_threads(threads)
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    _device = devices[index % len(devices)]
+
+
+def _execute(sweep_path: str, run_id: str, config: dict) -> dict:
+    from lengen.sweeps.worker import execute
+
+    return execute(sweep_path, run_id, config, _device)
+
+
+def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, on_tick) -> None:
+    """One worker: the runs one after another in this process (no pool to start; a debugger and
+    monkeypatching reach the training code)."""
+    import torch
+
+    from lengen.sweeps.worker import execute
+
+    torch.set_num_threads(threads)
+    for run_id, config in jobs:
+        on_result(execute(sweep_path, run_id, config, device))
+        on_tick()
+
+
+def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[str], on_result, on_tick,
+              tick_seconds: float = 2.0, max_pool_restarts: int = 3) -> None:
+    """Run `jobs` ([(run_id, config dict)]) on a process pool; `on_result(result)` per finished
+    job, `on_tick()` every `tick_seconds`. A worker that dies (out of memory, a signal) breaks the
+    pool: it is rebuilt and the unfinished jobs resubmitted (they resume from their checkpoints).
+    One worker runs in this process."""
+    if workers == 1:
+        return run_in_process(jobs, sweep_path, threads, devices[0], on_result, on_tick)
+    ctx = mp.get_context("spawn")  # no fork after torch has started threads
+    todo = list(jobs)
+    restarts = 0
+    while todo:
+        counter = ctx.Value("i", 0)
+        pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=ctx,
+                                   initializer=_init_worker, initargs=(threads, devices, counter))
+        futures = {pool.submit(_execute, sweep_path, run_id, config): (run_id, config) for run_id, config in todo}
+        broken = False
+        try:
+            while futures:
+                done, _ = wait(futures, timeout=tick_seconds, return_when=FIRST_COMPLETED)
+                for f in done:
+                    job = futures.pop(f)
+                    try:
+                        on_result(f.result())
+                    except BrokenProcessPool:
+                        broken = True
+                        futures[f] = job  # keep it for the resubmission below
+                        break
+                if broken:
+                    break
+                on_tick()
+        finally:
+            pool.shutdown(wait=not broken, cancel_futures=True)
+        todo = list(futures.values()) if broken else []
+        if broken:
+            restarts += 1
+            if restarts > max_pool_restarts:
+                raise RuntimeError(f"sweep workers died {restarts} times; see the run logs")

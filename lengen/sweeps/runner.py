@@ -1,0 +1,142 @@
+"""`lengen sweep run`: expand and check the sweep, claim its folder, run what is not done on the
+chosen backend with one progress bar over runs, rebuild the results tables."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from lengen import io
+from lengen.devices import resolve_device
+from lengen.errors import LengenError
+from lengen.sweeps.results import ResultsWriter
+from lengen.sweeps.spec import SweepSpec, expand
+from lengen.sweeps.sweep_dir import SweepDir
+
+REBUILD_EVERY_S = 60.0  # results tables are rebuilt this often during a sweep, and at its end
+
+
+@dataclass
+class SweepOptions:
+    backend: str = "local"          # local | ray
+    device: str = "auto"            # auto | cpu | cuda | cuda:N
+    workers: int | None = None      # local: processes (default: cores // threads, or K per GPU)
+    threads: int | None = None      # torch threads per run (default 1 on the CPU)
+    runs_per_gpu: int = 4           # runs sharing each GPU
+    ray_address: str | None = None
+    progress: bool = True
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def plan_devices(spec: str) -> list[str]:
+    """The devices the local workers are spread over."""
+    device = resolve_device(spec)  # a missing GPU fails here, before anything is written
+    if device.type == "cpu":
+        return ["cpu"]
+    if spec.strip().lower() in ("auto", "cuda"):
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [str(device)]
+
+
+def plan_workers(opts: SweepOptions, devices: list[str]) -> tuple[int, int]:
+    """(workers, threads per worker) for the local backend."""
+    for name in ("workers", "threads"):
+        value = getattr(opts, name)
+        if value is not None and value < 1:
+            raise LengenError(f"--{name} must be >= 1, got {value}")
+    if opts.runs_per_gpu < 1:
+        raise LengenError(f"--runs-per-gpu must be >= 1, got {opts.runs_per_gpu}")
+    cores = cpu_count()
+    if devices == ["cpu"]:
+        threads = opts.threads or 1
+        return opts.workers or max(1, cores // threads), threads
+    workers = opts.workers or opts.runs_per_gpu * len(devices)
+    return workers, opts.threads or max(1, cores // workers)
+
+
+def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
+    """Run every unfinished run of `spec` in `out`; returns the counts by state."""
+    if opts.backend not in ("local", "ray"):
+        raise LengenError(f"unknown backend {opts.backend!r}; valid: local, ray")
+    runs = expand(spec)  # every problem of the file, before anything is written
+    sweep = SweepDir(out)
+    sweep.check_writable()
+    if opts.backend == "local":
+        devices = plan_devices(opts.device)
+        workers, threads = plan_workers(opts, devices)
+    else:
+        from lengen.sweeps.ray_backend import connect
+
+        connect(opts.ray_address)  # Ray missing or unreachable: one line, nothing written
+        devices, workers, threads = [opts.device], None, opts.threads or 1
+    sweep.write_index(spec, runs)
+    for r in runs:
+        sweep.run_path(r.run_id).parent.mkdir(parents=True, exist_ok=True)
+    states = {r.run_id: sweep.state(r.run_id) for r in runs}
+    busy = [rid for rid, s in states.items() if s == "running"]
+    if busy:
+        raise LengenError(f"{len(busy)} runs of this sweep are running in another process (e.g. "
+                          f"{busy[0]}); wait for it or stop it first")
+    jobs = [(r.run_id, r.config.to_dict()) for r in runs if states[r.run_id] != "done"]
+    writer = ResultsWriter(sweep, runs)
+    counts = {"done": len(runs) - len(jobs), "failed": 0}
+    where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
+             else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
+    print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(jobs)} to run ({where})")
+    bar = tqdm(total=len(runs), initial=counts["done"], desc=f"sweep {spec.name}", unit="run",
+               disable=not opts.progress, dynamic_ncols=True)
+    active = {rid for rid, _ in jobs}
+    last_write = [time.monotonic()]
+
+    def on_result(result: dict) -> None:
+        rid, status = result["run_id"], result["status"]
+        active.discard(rid)
+        if status in ("done", "skipped"):
+            counts["done"] += 1
+            bar.update(1)
+        elif status == "failed":
+            counts["failed"] += 1
+            if not sweep.state_file(rid, "failure.json").exists():  # the worker died; Ray gave up
+                io.write_json(sweep.state_file(rid, "failure.json"), {
+                    "error": result.get("error", "worker died"), "type": "WorkerDied",
+                    "time": datetime.datetime.now().isoformat(timespec="seconds")})
+            bar.write(f"run {rid} failed: {result.get('error')} (log: {sweep.log_file(rid)})")
+
+    def on_tick() -> None:
+        shown = []
+        for rid in sorted(active):
+            p = sweep.progress(rid)
+            if p is not None and p.get("step", 0) < p.get("steps", 0):
+                shown.append(f"{rid[:6]} {p['step']}/{p['steps']}")
+        bar.set_postfix_str(" | ".join(shown[:4]) + (f" +{len(shown) - 4}" if len(shown) > 4 else ""))
+        if time.monotonic() - last_write[0] > REBUILD_EVERY_S:
+            writer.write()
+            last_write[0] = time.monotonic()
+
+    try:
+        if jobs and opts.backend == "local":
+            from lengen.sweeps.local import run_local
+
+            run_local(jobs, str(sweep.path.resolve()), workers, threads, devices, on_result, on_tick)
+        elif jobs:
+            from lengen.sweeps.ray_backend import run_ray
+
+            run_ray(jobs, str(sweep.path.resolve()), opts.ray_address, opts.device, threads,
+                    opts.runs_per_gpu, on_result, on_tick)
+    finally:
+        bar.close()
+        finished = writer.write()
+    counts["pending"] = len(runs) - counts["done"] - counts["failed"]
+    counts["results"] = finished
+    return counts

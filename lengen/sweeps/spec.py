@@ -1,0 +1,250 @@
+"""Sweep files: a YAML mapping whose `grid` lists values of `lengen train` options (the sweep is
+their cross product), `fixed` sets single values, and `exclude` drops combinations.
+
+    name: ruoss-mini
+    grid:
+      task: [parity_check, bucket_sort]
+      pe: [none, rope, learned]
+      positions: [standard, randomized]
+      lr: [1e-4, 3e-4]
+      seed: [0, 1, 2]
+    fixed: {steps: 2000, train_length: 20, max_length: 60}
+    exclude:
+      - {pe: none, positions: randomized}     # no positions to randomize
+
+Every grid point becomes a TrainConfig; its run id is a hash of that whole config (less where it
+runs: the device), so the same run gets the same id from any file, in any key order. Every
+problem of a file (unknown option, wrong type, impossible combination) is found before anything
+runs and reported together, each with the grid point that causes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lengen.errors import LengenError
+from lengen.training.config import TrainConfig
+from lengen.training.options import TRAIN_OPTIONS, coerce_option, config_from_options
+
+TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude")
+#: options a sweep file may set: every `lengen train` option but where it runs (a `sweep run` flag)
+SWEEP_OPTIONS = sorted((set(TRAIN_OPTIONS) - {"device"}) | {"preset"})
+#: fields that cannot make a config invalid in a way only the model build finds (checked once per
+#: remaining combination, so a 5,850-run grid builds ~165 models to validate, not 5,850)
+_CHEAP_FIELDS = ("seed", "lr", "grad_clip", "steps", "eval_samples", "eval_seed", "checkpoint_every",
+                 "log_every", "precision", "device")
+
+
+class SweepSpecError(LengenError):
+    """A sweep file that cannot run; the message lists every problem found."""
+
+
+@dataclass
+class SweepRun:
+    run_id: str
+    point: dict           # this run's grid values, option -> value, in grid order
+    config: TrainConfig
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    grid: dict[str, list]
+    fixed: dict = field(default_factory=dict)
+    exclude: list[dict] = field(default_factory=list)
+    description: str = ""
+    source: str = ""      # the YAML text, kept with the results
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "description": self.description, "grid": self.grid, "fixed": self.fixed,
+                "exclude": self.exclude}
+
+
+def run_id(cfg: TrainConfig) -> str:
+    """12 hex digits of the SHA-256 of the config (runtime fields left out), keys sorted."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in TrainConfig.RUNTIME}
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _option_name(key, where: str, errors: list[str]) -> str | None:
+    name = str(key).replace("-", "_")
+    if name == "device":
+        errors.append(f"{where}: 'device' is where a sweep runs, not what it computes: give "
+                      "--device to `lengen sweep run`")
+        return None
+    if name not in SWEEP_OPTIONS:
+        close = difflib.get_close_matches(name, SWEEP_OPTIONS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f"; valid: {', '.join(SWEEP_OPTIONS)}"
+        errors.append(f"{where}: unknown option {key!r}{hint}")
+        return None
+    return name
+
+
+def _coerce(name: str, value, where: str, errors: list[str]):
+    if name == "preset":
+        if not isinstance(value, str):
+            errors.append(f"{where}: preset must be a preset name, got {value!r}")
+        return value
+    try:
+        return coerce_option(name, value)
+    except LengenError as e:
+        errors.append(f"{where}: {e}")
+        return value
+
+
+def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
+    """Check the file's structure, option names and value types (all problems at once)."""
+    if not isinstance(data, dict):
+        raise SweepSpecError(f"{where}: the top level must be a mapping with `grid:` (and `fixed:`, "
+                             f"`exclude:`), got {type(data).__name__}")
+    errors: list[str] = []
+    for key in data:
+        if key not in TOP_LEVEL:
+            errors.append(f"{where}: unknown top-level key {key!r}; valid: {', '.join(TOP_LEVEL)} "
+                          "(options go under `grid:` or `fixed:`)")
+    command = data.get("command", "train")
+    if command != "train":
+        errors.append(f"{where}: command {command!r} is not supported; valid: train")
+    grid_in, fixed_in = data.get("grid") or {}, data.get("fixed") or {}
+    if not isinstance(grid_in, dict):
+        errors.append(f"{where}: `grid` must map options to lists of values")
+        grid_in = {}
+    if not isinstance(fixed_in, dict):
+        errors.append(f"{where}: `fixed` must map options to single values")
+        fixed_in = {}
+    grid: dict[str, list] = {}
+    for key, values in grid_in.items():
+        name = _option_name(key, f"grid.{key}", errors)
+        if name is None:
+            continue
+        if not isinstance(values, list) or not values:
+            errors.append(f"grid.{key}: must be a non-empty list (a single value goes under `fixed`)")
+            continue
+        grid[name] = [_coerce(name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
+    fixed: dict = {}
+    for key, value in fixed_in.items():
+        name = _option_name(key, f"fixed.{key}", errors)
+        if name is None:
+            continue
+        if name in grid:
+            errors.append(f"fixed.{key}: also in `grid`; give it in one place")
+            continue
+        if isinstance(value, list):
+            errors.append(f"fixed.{key}: a list belongs under `grid` (fixed values are single)")
+            continue
+        fixed[name] = _coerce(name, value, f"fixed.{key}", errors)
+    exclude = []
+    rules = data.get("exclude") or []
+    if not isinstance(rules, list):
+        errors.append("exclude: must be a list of mappings, e.g. - {pe: none, positions: randomized}")
+        rules = []
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not rule:
+            errors.append(f"exclude[{i}]: must be a non-empty mapping of option: value (or list of values)")
+            continue
+        parsed = {}
+        for key, value in rule.items():
+            name = str(key).replace("-", "_")
+            if name not in grid:
+                errors.append(f"exclude[{i}].{key}: not a grid option, so the rule can never apply; "
+                              f"grid options: {', '.join(grid) or 'none'}")
+                continue
+            values = value if isinstance(value, list) else [value]
+            parsed[name] = [_coerce(name, v, f"exclude[{i}].{key}", errors) for v in values]
+        exclude.append(parsed)
+    if not grid and not errors:
+        errors.append(f"{where}: `grid` is empty; list at least one option's values "
+                      "(for a single run use `lengen train`)")
+    if errors:
+        raise SweepSpecError("\n".join(errors))
+    name = data.get("name") or "sweep"
+    return SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
+                     description=str(data.get("description") or ""), source=source)
+
+
+def load_spec(source: str | Path) -> SweepSpec:
+    """A sweep from a YAML file, or the shipped preset of that name (`lengen sweep presets`)."""
+    import yaml
+
+    from lengen.sweeps.presets import preset_path
+
+    path = Path(source)
+    if not path.exists():
+        preset = preset_path(str(source))
+        if preset is None:
+            from lengen.sweeps.presets import preset_names
+
+            raise SweepSpecError(f"{source}: no such file, and not a sweep preset "
+                                 f"({', '.join(preset_names())})")
+        path = preset
+    if path.is_dir():
+        raise SweepSpecError(f"{path} is a directory; give a sweep file (YAML)")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SweepSpecError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    return parse_spec(data, source=text, where=str(path))
+
+
+def _excluded(point: dict, rules: list[dict]) -> bool:
+    return any(all(point[k] in values for k, values in rule.items()) for rule in rules)
+
+
+def _short(point: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in point.items()) + "}"
+
+
+def expand(spec: SweepSpec) -> list[SweepRun]:
+    """The runs of a sweep, in grid order (the first grid key varies slowest), duplicates dropped;
+    SweepSpecError listing every point that cannot run."""
+    from lengen.training.setup import build_run
+
+    keys = list(spec.grid)
+    runs: list[SweepRun] = []
+    seen: set[str] = set()
+    problems: dict[str, list[dict]] = {}
+    built: dict[str, str | None] = {}
+    for values in itertools.product(*(spec.grid[k] for k in keys)):
+        point = dict(zip(keys, values))
+        if _excluded(point, spec.exclude):
+            continue
+        options = {**spec.fixed, **point}
+        preset = options.pop("preset", None)
+        try:
+            cfg = config_from_options(options, preset=preset)
+            cfg.validate()
+            check = copy.deepcopy(cfg)
+            structural = json.dumps({k: v for k, v in check.to_dict().items() if k not in _CHEAP_FIELDS},
+                                    sort_keys=True)
+            if structural not in built:
+                try:
+                    build_run(check)
+                    built[structural] = None
+                except LengenError as e:
+                    built[structural] = str(e)
+            if built[structural] is not None:
+                raise LengenError(built[structural])
+        except LengenError as e:
+            problems.setdefault(str(e), []).append(point)
+            continue
+        rid = run_id(cfg)
+        if rid not in seen:
+            seen.add(rid)
+            runs.append(SweepRun(rid, point, cfg))
+    if problems:
+        lines = []
+        for message, points in problems.items():
+            more = f" (and {len(points) - 1} more grid points)" if len(points) > 1 else ""
+            lines.append(f"grid point {_short(points[0])}{more}: {message}")
+        raise SweepSpecError("\n".join(lines))
+    if not runs:
+        raise SweepSpecError(f"sweep {spec.name!r}: every grid point is excluded; nothing to run")
+    return runs

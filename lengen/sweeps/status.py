@@ -1,0 +1,29 @@
+"""`lengen sweep status`: what a sweep folder holds, read from its run directories."""
+
+from __future__ import annotations
+
+from lengen.sweeps.sweep_dir import STATES, SweepDir
+
+
+def sweep_status(path) -> dict:
+    """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
+    "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint}."""
+    sweep = SweepDir(path)
+    index = sweep.read_index()
+    counts = {s: 0 for s in STATES}
+    failed, running, resumable = [], [], 0
+    for run in index["runs"]:
+        rid = run["run_id"]
+        state = sweep.state(rid)
+        counts[state] += 1
+        if state == "failed":
+            info = sweep.failure(rid) or {}
+            failed.append({"run_id": rid, "point": run["point"], "error": info.get("error", "?"),
+                           "log": str(sweep.log_file(rid))})
+        elif state == "running":
+            p = sweep.progress(rid) or {}
+            running.append({"run_id": rid, "step": p.get("step"), "steps": p.get("steps")})
+        elif state == "pending" and (sweep.run_path(rid) / "checkpoint.pt").exists():
+            resumable += 1
+    return {"name": index["name"], "total": len(index["runs"]), "counts": counts, "failed": failed,
+            "running": running, "resumable": resumable}

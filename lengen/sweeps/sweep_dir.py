@@ -1,0 +1,136 @@
+"""A sweep directory: the sweep file and its run list, one run directory per run under runs/, and
+the results tables rebuilt from those run directories (the single source of truth).
+
+    DIR/sweep.yaml              the sweep file as given
+    DIR/sweep.json              name, options and the runs (id and grid point), in grid order
+    DIR/runs/<id>/              a `lengen train` run directory, nothing else
+    DIR/state/<id>.lock         held (flock) by the process running the run; released when it dies
+    DIR/state/<id>.progress.json  the run's latest metrics row while it trains
+    DIR/state/<id>.failure.json   its last failure (one-line error, type); removed on success
+    DIR/logs/<id>.log           one line per attempt, and the traceback of each failure
+    DIR/results.csv             one row per finished run
+    DIR/accuracy_by_length.csv  run_id, length, accuracy
+
+A run is done when eval.json exists (written last), running while its lock is held, failed when
+its failure file exists, pending otherwise (possibly with a checkpoint to resume from).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from lengen import io
+from lengen.errors import LengenError
+
+STATES = ("done", "running", "failed", "pending")
+
+
+class SweepDir:
+    SPEC = "sweep.yaml"
+    INDEX = "sweep.json"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def run_path(self, run_id: str) -> Path:
+        return self.path / "runs" / run_id
+
+    def state_file(self, run_id: str, kind: str) -> Path:
+        """kind: lock, progress.json or failure.json."""
+        return self.path / "state" / f"{run_id}.{kind}"
+
+    def log_file(self, run_id: str) -> Path:
+        return self.path / "logs" / f"{run_id}.log"
+
+    @property
+    def exists(self) -> bool:
+        return (self.path / self.INDEX).exists()
+
+    def check_writable(self) -> None:
+        """Refuse a folder that holds something other than a sweep, before any work."""
+        if self.path.exists() and not self.path.is_dir():
+            raise LengenError(f"{self.path} exists and is not a directory")
+        if self.path.is_dir() and not self.exists and any(self.path.iterdir()):
+            raise LengenError(f"{self.path} is not empty and holds no lengen sweep; use another --out")
+
+    def write_index(self, spec, runs) -> None:
+        io.write_text(self.path / self.SPEC, spec.source or json.dumps(spec.to_dict(), indent=2))
+        io.write_json(self.path / self.INDEX, {
+            "name": spec.name, "description": spec.description, "spec": spec.to_dict(),
+            "runs": [{"run_id": r.run_id, "point": r.point} for r in runs]})
+
+    def read_index(self) -> dict:
+        if not self.exists:
+            raise LengenError(f"{self.path} is not a lengen sweep directory (no {self.INDEX}); "
+                              "create one with `lengen sweep run SPEC --out DIR`")
+        try:
+            return io.read_json(self.path / self.INDEX)
+        except (OSError, ValueError) as e:
+            raise LengenError(f"{self.path / self.INDEX} is damaged ({e}); rerun `lengen sweep run` "
+                              "with the sweep file to rewrite it") from None
+
+    def state(self, run_id: str) -> str:
+        if (self.run_path(run_id) / "eval.json").exists():
+            return "done"
+        if is_locked(self.state_file(run_id, "lock")):
+            return "running"
+        if self.state_file(run_id, "failure.json").exists():
+            return "failed"
+        return "pending"
+
+    def failure(self, run_id: str) -> dict | None:
+        return _read(self.state_file(run_id, "failure.json"))
+
+    def progress(self, run_id: str) -> dict | None:
+        return _read(self.state_file(run_id, "progress.json"))
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return io.read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_locked(lock_file: Path) -> bool:
+    """Whether another process holds the run's lock (a dead process holds none)."""
+    if not lock_file.exists():
+        return False
+    fd = os.open(lock_file, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """An exclusive, non-blocking flock on a run's lock file for the life of one attempt."""
+
+    def __init__(self, lock_file: Path):
+        self.file = Path(lock_file)
+        self.fd: int | None = None
+
+    def acquire(self) -> bool:
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = None
+            return False
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None

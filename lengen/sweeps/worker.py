@@ -1,0 +1,72 @@
+"""One sweep run in the current process: lock it, train or resume it, record the outcome. A run's
+own failure (an exception, diverged training) is recorded and returned, never raised, so one bad
+run does not stop a sweep; rerunning the sweep retries it from its last checkpoint."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+import traceback
+
+from lengen import io
+from lengen.sweeps.sweep_dir import RunLock, SweepDir
+
+PROGRESS_EVERY_S = 2.0  # progress.json is rewritten at most this often
+
+
+def _log(sweep: SweepDir, run_id: str, line: str) -> None:
+    stamp = datetime.datetime.now().isoformat(timespec="seconds")
+    path = sweep.log_file(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(f"[{stamp}] {line}\n")
+
+
+def execute(sweep_path: str, run_id: str, config: dict, device: str) -> dict:
+    """Train and evaluate run `run_id` of the sweep in `sweep_path` on `device`. Returns
+    {"run_id", "status": done | failed | busy | skipped, "error"?, "seconds"}."""
+    sweep = SweepDir(sweep_path)
+    lock = RunLock(sweep.state_file(run_id, "lock"))
+    if not lock.acquire():
+        return {"run_id": run_id, "status": "busy", "seconds": 0.0}  # another sweep process runs it
+    start = time.perf_counter()
+    try:
+        result = _attempt(sweep, run_id, config, device)
+    finally:
+        lock.release()
+    return {"run_id": run_id, **result, "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _attempt(sweep: SweepDir, run_id: str, config: dict, device: str) -> dict:
+    from lengen.training.config import TrainConfig
+    from lengen.training.loop import train
+
+    path = sweep.run_path(run_id)
+    if (path / "eval.json").exists():
+        return {"status": "skipped"}
+    cfg = TrainConfig.from_dict(config)
+    cfg.device = device
+    resumed = (path / "checkpoint.pt").exists()
+    _log(sweep, run_id, f"{'resume' if resumed else 'start'} on {socket.gethostname()} pid {os.getpid()} "
+               f"device {device}")
+    last = [0.0]
+
+    def on_log(step: int, row: dict) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S or step == cfg.steps:
+            last[0] = now
+            io.write_json(sweep.state_file(run_id, "progress.json"), {**row, "steps": cfg.steps})
+
+    try:
+        record = train(cfg, path, progress=False, on_log=on_log)
+    except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
+        error = " ".join(f"{type(e).__name__}: {e}".split())
+        io.write_json(sweep.state_file(run_id, "failure.json"), {"error": error, "type": type(e).__name__,
+                                              "time": datetime.datetime.now().isoformat(timespec="seconds")})
+        _log(sweep, run_id, f"failed: {error}\n{traceback.format_exc()}")
+        return {"status": "failed", "error": error}
+    sweep.state_file(run_id, "failure.json").unlink(missing_ok=True)
+    _log(sweep, run_id, f"finished: score {record.get('score')}")
+    return {"status": "done"}

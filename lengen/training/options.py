@@ -1,0 +1,102 @@
+"""`lengen train` options as data: the option names shared by the command line, presets and sweep
+files, where each lands in TrainConfig, and the one function that turns options into a config."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields
+
+from lengen.errors import LengenError
+from lengen.models.config import ModelConfig
+from lengen.training.config import TrainConfig
+
+# option name (the flag without dashes, underscores) -> TrainConfig path ("model." = ModelConfig)
+TRAIN_OPTIONS = {
+    "task": "task", "pe": "model.pe", "pe_options": "model.pe_options", "positions": "positions",
+    "position_options": "position_options", "test_positions": "test_positions", "steps": "steps",
+    "batch_size": "batch_size", "train_length": "train_length", "max_length": "max_length",
+    "eval_samples": "eval_samples", "lr": "lr", "seed": "seed", "checkpoint_every": "checkpoint_every",
+    "log_every": "log_every", "max_position": "model.max_position", "layers": "model.num_layers",
+    "heads": "model.num_heads", "d_model": "model.d_model", "d_ff": "model.d_ff",
+    "dropout": "model.dropout", "norm": "model.norm", "logit_scale": "model.logit_scale",
+    "key_norm": "model.key_norm", "grad_clip": "grad_clip", "device": "device", "precision": "precision",
+}
+
+
+def _field_types() -> dict[str, object]:
+    hints = {**{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
+             **typing.get_type_hints(TrainConfig)}
+    return {opt: hints[path] for opt, path in TRAIN_OPTIONS.items()}
+
+
+def coerce_option(name: str, value):
+    """`value` as the type option `name` takes, or LengenError. Accepts what YAML gives: ints for
+    floats, and numeric strings for floats (YAML 1.1 reads `1e-4` as a string)."""
+    kind = _field_types()[name]
+    allowed = typing.get_args(kind) or (kind,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise LengenError(f"{name} cannot be null")
+    if bool in allowed:
+        if isinstance(value, bool):
+            return value
+        raise LengenError(f"{name} must be true or false, got {value!r}")
+    if int in allowed:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise LengenError(f"{name} must be an integer, got {value!r}")
+    if float in allowed:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise LengenError(f"{name} must be a number, got {value!r}")
+    if dict in allowed:
+        if isinstance(value, dict):
+            return {str(k).replace("-", "_"): v for k, v in value.items()}
+        raise LengenError(f"{name} must be a mapping of KEY: VALUE, got {value!r}")
+    if str in allowed:
+        if isinstance(value, str):
+            return value
+        raise LengenError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _set(target: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        target = target.setdefault(k, {})
+    target[keys[-1]] = value
+
+
+def config_from_options(options: dict, preset: str | None = None) -> TrainConfig:
+    """A TrainConfig from option values (names as in TRAIN_OPTIONS), on top of the named preset
+    (options always win over the preset) on top of the TrainConfig defaults."""
+    d = TrainConfig().to_dict()
+    given = dict(options)
+    if preset:
+        from lengen.presets import get_preset
+
+        values = {k: v for k, v in get_preset(preset).items() if k != "description"}
+        unknown = set(values) - set(TRAIN_OPTIONS)
+        if unknown:
+            raise LengenError(f"preset {preset!r} sets unknown keys {sorted(unknown)}")
+        given = {**values, **given}
+    for key, value in given.items():
+        if key not in TRAIN_OPTIONS:
+            raise LengenError(f"unknown option {key!r}")
+        _set(d, TRAIN_OPTIONS[key], value)
+    assert set(d["model"]) <= {f.name for f in fields(ModelConfig)}
+    return TrainConfig.from_dict(d)
+
+
+def option_value(cfg: TrainConfig, name: str):
+    """The value of option `name` in a config (for results tables)."""
+    target = cfg.to_dict()
+    for key in TRAIN_OPTIONS[name].split("."):
+        target = target[key]
+    return target

@@ -1,0 +1,121 @@
+"""`lengen hf eval --device / --precision` (EvalSettings.device / .precision) on a tiny random
+Llama: the CPU paths and the refusals (no GPU needed)."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from lengen.cli import main  # noqa: E402
+from lengen.errors import LengenError  # noqa: E402
+
+TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n\n"
+        "# The grass is green. The sky is blue. Here we go.\n") * 20
+
+
+def char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(i) for i in range(32, 127)] + ["\n"]
+    vocab = {"<unk>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=100, max_position_embeddings=64, eos_token_id=1)
+    transformers.LlamaForCausalLM(config).save_pretrained(root / "model")
+    char_tokenizer().save_pretrained(root / "model")
+    (root / "corpus").mkdir()
+    for i in range(3):
+        (root / "corpus" / f"part{i}.txt").write_text(TEXT)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def own_token_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def args(model_dir, out, *extra):
+    return ["hf", "eval", str(model_dir / "model"), "--corpus", str(model_dir / "corpus"), "--docs", "1",
+            "--methods", "rope", "yarn:factor=2", "--lengths", "32", "96", "--out", str(out), "--no-progress",
+            *extra]
+
+
+def ppl(out):
+    with open(out / "results.csv", newline="") as f:
+        return [float(r["ppl"]) for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("spec", ["cuda", "cuda:3"])
+def test_a_missing_gpu_is_one_line_exit_2_and_nothing_is_loaded_or_written(model_dir, tmp_path, capsys,
+                                                                            monkeypatch, no_gpu, spec):
+    monkeypatch.setattr("lengen.hf.evaluate.load", lambda *a, **k: pytest.fail("model loaded"))
+    out = tmp_path / "out"
+    assert main(args(model_dir, out, "--device", spec)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("lengen: error:")
+    assert repr(spec) in err and "no CUDA GPU" in err
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_device_cpu_equals_the_default_and_bf16_is_close(model_dir, tmp_path, no_gpu):
+    assert main(args(model_dir, tmp_path / "default")) == 0
+    assert main(args(model_dir, tmp_path / "cpu", "--device", "cpu")) == 0
+    assert main(args(model_dir, tmp_path / "bf16", "--precision", "bf16")) == 0
+    default, cpu, bf16 = ppl(tmp_path / "default"), ppl(tmp_path / "cpu"), ppl(tmp_path / "bf16")
+    assert cpu == default and len(default) == 4
+    assert bf16 != default and bf16 == pytest.approx(default, rel=0.02)  # autocast on, numbers close
+    meta = json.loads((tmp_path / "bf16" / "results.json").read_text())["meta"]
+    assert meta["device"] == "cpu" and meta["precision"] == "bf16" and meta["settings"]["precision"] == "bf16"
+
+
+def test_rows_of_another_precision_are_not_reused(model_dir, tmp_path, capsys, no_gpu):
+    out = tmp_path / "out"
+    assert main(args(model_dir, out)) == 0
+    capsys.readouterr()
+    assert main(args(model_dir, out, "--precision", "bf16")) == 2
+    assert "precision: 'fp32' there, 'bf16' now" in capsys.readouterr().err
+    # results written before --precision existed were fp32: an fp32 run continues them, on any device
+    result = json.loads((out / "results.json").read_text())
+    del result["meta"]["settings"]["precision"]
+    (out / "results.json").write_text(json.dumps(result))
+    assert main(args(model_dir, out, "--device", "cpu", "--methods", "rope", "pi:factor=2")) == 0
+    methods = [r["method"] for r in json.loads((out / "results.json").read_text())["rows"]]
+    assert methods == ["rope", "rope", "pi:factor=2", "pi:factor=2", "yarn:factor=2", "yarn:factor=2"]
+
+
+def test_bad_precision_is_refused_before_loading(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("lengen.hf.evaluate.load", lambda *a, **k: pytest.fail("model loaded"))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(args(model_dir, out, "--precision", "fp8"))
+    assert e.value.code == 2 and "invalid choice: 'fp8'" in capsys.readouterr().err
+    assert main(args(model_dir, out, "--precision", "bf16", "--dtype", "float16")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--precision bf16" in err and "float16" in err
+    assert not out.exists()
+    from lengen.hf.evaluate import EvalSettings, run
+
+    with pytest.raises(LengenError, match="unknown precision 'half'"):
+        run(EvalSettings(str(model_dir / "model"), ["rope"], [32], precision="half"), progress=False)
+    with pytest.raises(LengenError, match="unknown device 'tpu'"):
+        run(EvalSettings(str(model_dir / "model"), ["rope"], [32], device="tpu"), progress=False)

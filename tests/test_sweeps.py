@@ -1,0 +1,294 @@
+"""Sweeps: grid expansion, run identity, invalid files, failures, kill-and-resume, backends."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lengen.cli import main
+from lengen.sweeps import SweepOptions, expand, load_spec, parse_spec, run_id, run_sweep
+from lengen.sweeps.results import varying_columns
+from lengen.training.config import TrainConfig
+
+TINY = {"task": "parity_check", "steps": 20, "batch_size": 8, "train_length": 3, "max_length": 5,
+        "eval_samples": 8, "layers": 1, "heads": 2, "d_model": 8, "d_ff": 16, "checkpoint_every": 5,
+        "log_every": 5}
+
+TIMING = {"seconds", "train_seconds", "eval_seconds"}
+
+
+def write_spec(path: Path, grid: dict, fixed: dict | None = None, **top) -> Path:
+    path.write_text(yaml.safe_dump({"name": "t", "grid": grid, "fixed": {**TINY, **(fixed or {})}, **top},
+                                   sort_keys=False))
+    return path
+
+
+def read_csv(path: Path, drop=frozenset()) -> list[dict]:
+    with open(path) as f:
+        return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
+
+
+# -- expansion and identity ---------------------------------------------------------------------
+
+def test_grid_is_the_cross_product_minus_exclusions_in_grid_order():
+    spec = parse_spec({"grid": {"pe": ["none", "rope", "learned"], "positions": ["standard", "randomized"],
+                                "seed": [0, 1]},
+                       "fixed": TINY,
+                       "exclude": [{"pe": "none", "positions": "randomized"},
+                                   {"pe": ["rope", "learned"], "positions": "randomized", "seed": 1}]})
+    runs = expand(spec)
+    points = [tuple(r.point.values()) for r in runs]
+    expected = [(pe, pos, s) for pe in ("none", "rope", "learned") for pos in ("standard", "randomized")
+                for s in (0, 1)
+                if not (pe == "none" and pos == "randomized") and not (pe != "none" and pos == "randomized" and s == 1)]
+    assert points == expected  # 12 - 2 - 2 = 8, first key slowest
+    assert len(points) == 8
+    for r in runs:  # every grid value and fixed value reached the config
+        assert (r.config.model.pe, r.config.positions, r.config.seed) == tuple(r.point.values())
+        assert r.config.model.d_model == 8 and r.config.steps == 20
+
+
+def test_same_config_same_id_whatever_the_key_order(tmp_path):
+    a = tmp_path / "a.yaml"
+    a.write_text("name: a\ngrid:\n  seed: [0, 1]\n  pe: [rope, alibi]\nfixed:\n  task: parity_check\n  lr: 1e-3\n"
+                 "  steps: 20\n")
+    b = tmp_path / "b.yaml"
+    b.write_text("fixed:\n  steps: 20\n  lr: 0.001\n  task: parity_check\ngrid:\n  pe: [alibi, rope]\n"
+                 "  seed: [1, 0]\nname: b\n")
+    ids_a = {(r.config.model.pe, r.config.seed): r.run_id for r in expand(load_spec(a))}
+    ids_b = {(r.config.model.pe, r.config.seed): r.run_id for r in expand(load_spec(b))}
+    assert ids_a == ids_b
+    assert len(set(ids_a.values())) == 4
+
+
+def test_any_changed_field_changes_the_id_but_the_device_does_not():
+    base = TrainConfig()
+    ids = {run_id(base)}
+    changes = {"task": "bucket_sort", "positions": "randomized", "steps": 10001, "batch_size": 64,
+               "train_length": 41, "max_length": 499, "eval_samples": 500, "eval_seed": 1, "lr": 2e-4,
+               "grad_clip": 0.5, "seed": 1, "checkpoint_every": 499, "log_every": 49, "precision": "bf16",
+               "position_options": {"x": 1}, "test_positions": "uniform"}
+    for key, value in changes.items():
+        cfg = TrainConfig(**{key: value})
+        ids.add(run_id(cfg))
+    for key, value in {"pe": "alibi", "num_layers": 4, "d_model": 32, "dropout": 0.0, "key_norm": True,
+                       "logit_scale": "log_n", "max_position": 1024, "pe_options": {"base": 500}}.items():
+        cfg = TrainConfig()
+        setattr(cfg.model, key, value)
+        ids.add(run_id(cfg))
+    assert len(ids) == 1 + len(changes) + 8
+    moved = TrainConfig(device="cuda:3")
+    assert run_id(moved) == run_id(base)
+
+
+def test_yaml_scientific_notation_is_a_number(tmp_path):
+    # YAML 1.1 reads 1e-4 (no dot) as a string; a sweep file means the number
+    spec = write_spec(tmp_path / "s.yaml", {"seed": [0]}, {"lr": "1e-4"})
+    (run,) = expand(load_spec(spec))
+    assert run.config.lr == 0.0001 and isinstance(run.config.lr, float)
+
+
+def test_varying_columns_name_what_differs_and_flatten_options():
+    spec = parse_spec({"grid": {"pe_options": [{"base": 500}, {"base": 10000}], "dropout": [0.0, 0.1],
+                                "seed": [0, 1]}, "fixed": TINY})
+    cols = varying_columns(expand(spec))
+    assert cols == ["pe_options.base", "dropout"]  # option order; seed is a base column; fixed ones not shown
+
+
+# -- invalid files ------------------------------------------------------------------------------
+
+BAD_FILES = {
+    "unknown option": ({"grid": {"sed": [0, 1]}}, "unknown option 'sed' (did you mean 'seed'?)"),
+    "wrong type": ({"grid": {"steps": [10, "many"]}}, "grid.steps[1]: steps must be an integer"),
+    "float for int": ({"grid": {"seed": [0]}, "fixed": {"steps": 2.5}}, "steps must be an integer"),
+    "learned with float positions": (
+        {"grid": {"pe": ["rope", "learned"], "positions": ["equal_mean"]}},
+        "grid point {pe: learned, positions: equal_mean}"),
+    "impossible value": ({"grid": {"lr": [1e-3, -1.0]}}, "grid point {lr: -1.0}: lr must be > 0"),
+    "unknown task": ({"grid": {"task": ["parity_check", "parity"]}}, "grid point {task: parity}"),
+    "in grid and fixed": ({"grid": {"seed": [0, 1]}, "fixed": {"seed": 3}}, "fixed.seed: also in `grid`"),
+    "top-level key": ({"grid": {"seed": [0]}, "seeds": [1]}, "unknown top-level key 'seeds'"),
+    "scalar in grid": ({"grid": {"seed": 3}}, "grid.seed: must be a non-empty list"),
+    "exclude on a non-grid key": ({"grid": {"seed": [0, 1]}, "exclude": [{"pe": "none"}]},
+                                  "exclude[0].pe: not a grid option"),
+    "all excluded": ({"grid": {"seed": [0, 1]}, "exclude": [{"seed": [0, 1]}]}, "every grid point is excluded"),
+    "device in the file": ({"grid": {"seed": [0]}, "fixed": {"device": "cuda"}}, "give --device to"),
+    "not a mapping": ([1, 2], "the top level must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_invalid_sweep_file_one_message_exit_2_nothing_written(kind, tmp_path, capsys):
+    data, message = BAD_FILES[kind]
+    if isinstance(data, dict):  # the tiny model, less what the case puts in its grid
+        fixed = {k: v for k, v in TINY.items() if k not in data["grid"]}
+        data = {**data, "fixed": {**fixed, **data.get("fixed", {})}}
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    out = tmp_path / "sweep"
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lengen: error:") and message in err, err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_bad_yaml_and_missing_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grid: {seed: [0, 1]\n")
+    assert main(["sweep", "run", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    assert main(["sweep", "run", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such file, and not a sweep preset" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_problem_is_reported_at_once(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yaml", {"sed": [0], "steps": ["x"]})
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option 'sed'" in err and "steps must be an integer" in err
+
+
+def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yaml", {"seed": [0]})
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--no-progress"]) == 2
+    assert "holds no lengen sweep" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["notes.txt"]
+
+
+def test_presets_expand_to_the_papers_sizes():
+    assert len(expand(load_spec("ruoss2023"))) == 15 * 11 * 3 * 10
+    full = expand(load_spec("ruoss2023"))[0].config
+    assert (full.steps, full.batch_size, full.train_length, full.max_length, full.eval_samples,
+            full.model.max_position) == (2_000_000, 128, 40, 500, 500, 2048)
+    assert len(expand(load_spec("ruoss2023-mini"))) == 54
+    assert len(expand(load_spec("su2023"))) == 6 * (3 * 2 * 2 + 2 * 3 * 2) * 3 * 5
+
+
+# -- running ------------------------------------------------------------------------------------
+
+def test_in_process_sweep_results_and_rerun_is_identical(tmp_path):
+    spec = load_spec(write_spec(tmp_path / "s.yaml", {"pe": ["rope", "alibi"], "seed": [0, 1]}))
+    out = tmp_path / "sweep"
+    counts = run_sweep(spec, out, SweepOptions(device="cpu", workers=1, progress=False))
+    assert counts["done"] == 4 and counts["failed"] == 0
+    rows = read_csv(out / "results.csv")
+    assert [r["pe"] for r in rows] == ["rope", "rope", "alibi", "alibi"]
+    for r in rows:
+        ev = json.loads((out / "runs" / r["run_id"] / "eval.json").read_text())
+        assert float(r["score"]) == pytest.approx(ev["score"])
+        assert r["test_positions"] == "standard" and r["steps"] == "20" and r["device"] == "cpu"
+    acc = read_csv(out / "accuracy_by_length.csv")
+    assert len(acc) == 4 * 5 and {a["length"] for a in acc} == {"1", "2", "3", "4", "5"}
+    before = (out / "results.csv").read_bytes(), (out / "accuracy_by_length.csv").read_bytes()
+    counts = run_sweep(spec, out, SweepOptions(device="cpu", workers=1, progress=False))
+    assert counts["done"] == 4
+    assert ((out / "results.csv").read_bytes(), (out / "accuracy_by_length.csv").read_bytes()) == before
+
+
+def test_a_failed_run_does_not_stop_the_sweep_and_is_retried(tmp_path, monkeypatch, capsys):
+    from lengen.training import loop
+
+    real = loop.train
+
+    def flaky(cfg, out, **kw):
+        if cfg.seed == 1:
+            raise FloatingPointError("planted failure")
+        return real(cfg, out, **kw)
+
+    monkeypatch.setattr(loop, "train", flaky)
+    spec = write_spec(tmp_path / "s.yaml", {"seed": [0, 1, 2]})
+    out = tmp_path / "sweep"
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu",
+                 "--no-progress"]) == 1
+    assert len(read_csv(out / "results.csv")) == 2
+    capsys.readouterr()
+    assert main(["sweep", "status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "2 done, 0 running, 1 failed, 0 pending" in text
+    assert "FloatingPointError: planted failure" in text
+    log = next(line for line in text.splitlines() if "log:" in line).split("log:")[1].strip()
+    assert "planted failure" in Path(log).read_text()
+    monkeypatch.setattr(loop, "train", real)
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu",
+                 "--no-progress"]) == 0
+    assert len(read_csv(out / "results.csv")) == 3
+    capsys.readouterr()
+    main(["sweep", "status", str(out)])
+    assert "3 done, 0 running, 0 failed, 0 pending" in capsys.readouterr().out
+
+
+def test_diverged_training_is_a_failure_that_keeps_the_last_checkpoint(tmp_path):
+    from lengen.training.loop import TrainingDiverged, train
+    from lengen.training.options import config_from_options
+
+    cfg = config_from_options({**TINY, "lr": 1e30, "grad_clip": 1e30, "steps": 40, "device": "cpu"})
+    with pytest.raises(TrainingDiverged, match="diverged at step"):
+        train(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "eval.json").exists()
+
+
+CLI = [sys.executable, "-c", "import sys; from lengen.cli import main; sys.exit(main())"]
+
+
+def _sweep_cmd(spec, out, *extra):
+    return CLI + ["sweep", "run", str(spec), "--out", str(out), "--device", "cpu", "--no-progress", *extra]
+
+
+def test_killed_sweep_reruns_to_the_uninterrupted_results(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", {"pe": ["rope", "alibi"], "positions": ["standard", "randomized"]},
+                      {"steps": 300, "checkpoint_every": 20, "log_every": 10, "d_model": 16, "heads": 4})
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ref = tmp_path / "ref"
+    subprocess.run(_sweep_cmd(spec, ref, "--workers", "2"), check=True, env=env, capture_output=True, timeout=600)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_sweep_cmd(spec, out, "--workers", "2"), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    runs = out / "runs"
+    # kill once one run has finished and another is part-way (a checkpoint, no eval.json)
+    while time.time() < deadline:
+        dirs = list(runs.glob("*")) if runs.exists() else []
+        done = [d for d in dirs if (d / "eval.json").exists()]
+        partial = [d for d in dirs if (d / "checkpoint.pt").exists() and not (d / "eval.json").exists()]
+        if done and partial:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the sweep never reached a part-finished state")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(done) < 4
+
+    subprocess.run(_sweep_cmd(spec, out, "--workers", "2"), check=True, env=env, capture_output=True, timeout=600)
+    logs = sorted((out / "logs").glob("*.log"))
+    assert len(logs) == 4
+    for log in logs:
+        assert log.read_text().count("finished:") == 1, log.read_text()
+    assert any("resume" in log.read_text() for log in logs)
+    assert read_csv(out / "results.csv", TIMING) == read_csv(ref / "results.csv", TIMING)
+    assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
+
+
+def test_ray_backend_gives_the_local_rows(tmp_path):
+    ray = pytest.importorskip("ray")
+    spec = load_spec(write_spec(tmp_path / "s.yaml", {"pe": ["rope", "alibi"], "seed": [0, 1]}))
+    run_sweep(spec, tmp_path / "local", SweepOptions(device="cpu", workers=1, progress=False))
+    try:
+        counts = run_sweep(spec, tmp_path / "ray", SweepOptions(backend="ray", device="cpu", progress=False))
+    finally:
+        ray.shutdown()
+    assert counts["done"] == 4
+    assert read_csv(tmp_path / "ray" / "results.csv", TIMING) == read_csv(tmp_path / "local" / "results.csv", TIMING)
