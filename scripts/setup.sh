@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up .venv with lengen and its test/HF extras. Installs the CPU wheel of torch 2.13.0 first
+# Sets up .venv with lengen and its test, HF and sweep (Ray) extras. Installs the CPU wheel of torch 2.13.0 first
 # (present on every lengen dev machine) so pip never pulls the multi-gigabyte CUDA build; a
 # user with a GPU installs torch their usual way before running this, and it is kept.
 set -euo pipefail
@@ -9,4 +9,4 @@ PY=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
 fi
-.venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev,hf]"
+.venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev,hf,sweep]"

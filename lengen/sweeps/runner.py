@@ -27,7 +27,7 @@ class SweepOptions:
     device: str = "auto"            # auto | cpu | cuda | cuda:N
     workers: int | None = None      # local: processes (default: cores // threads, or K per GPU)
     threads: int | None = None      # torch threads per run (default 1 on the CPU)
-    runs_per_gpu: int = 4           # runs sharing each GPU
+    runs_per_gpu: int = 8           # runs sharing each GPU (8: 5.4x one run on an H100, docs/sweeps.md)
     ray_address: str | None = None
     progress: bool = True
 
