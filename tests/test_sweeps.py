@@ -258,14 +258,20 @@ def test_killed_sweep_reruns_to_the_uninterrupted_results(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     runs = out / "runs"
-    # kill once one run has finished and another is part-way (a checkpoint, no eval.json)
+
+    def checkpointed_step(run: Path) -> int:
+        try:
+            return json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    # kill once a run is part-way through training (checkpointed, not finished)
     while time.time() < deadline:
         dirs = list(runs.glob("*")) if runs.exists() else []
         done = [d for d in dirs if (d / "eval.json").exists()]
-        partial = [d for d in dirs if (d / "checkpoint.pt").exists() and not (d / "eval.json").exists()]
-        if done and partial:
+        if any(0 < checkpointed_step(d) < 300 for d in dirs):
             break
-        time.sleep(0.05)
+        time.sleep(0.02)
     else:
         pytest.fail("the sweep never reached a part-finished state")
     os.killpg(proc.pid, signal.SIGKILL)
@@ -280,6 +286,12 @@ def test_killed_sweep_reruns_to_the_uninterrupted_results(tmp_path):
     assert any("resume" in log.read_text() for log in logs)
     assert read_csv(out / "results.csv", TIMING) == read_csv(ref / "results.csv", TIMING)
     assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
+    import torch
+
+    for run in (ref / "runs").iterdir():  # the resumed runs end with the uninterrupted weights
+        a = torch.load(run / "checkpoint.pt", weights_only=False)["model"]
+        b = torch.load(out / "runs" / run.name / "checkpoint.pt", weights_only=False)["model"]
+        assert all(torch.equal(a[k], b[k]) for k in a), run.name
 
 
 def test_ray_backend_gives_the_local_rows(tmp_path):
@@ -292,3 +304,16 @@ def test_ray_backend_gives_the_local_rows(tmp_path):
         ray.shutdown()
     assert counts["done"] == 4
     assert read_csv(tmp_path / "ray" / "results.csv", TIMING) == read_csv(tmp_path / "local" / "results.csv", TIMING)
+
+
+def test_precision_flag_sets_every_run_and_conflicts_are_refused(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yaml", {"seed": [0, 1]})
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--precision", "bf16", "--dry-run"]) == 0
+    ids_bf16 = capsys.readouterr().out
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    ids_fp32 = capsys.readouterr().out
+    assert ids_bf16 != ids_fp32  # precision is part of a run's identity
+    both = write_spec(tmp_path / "b.yaml", {"seed": [0]}, {"precision": "tf32"})
+    assert main(["sweep", "run", str(both), "--out", str(tmp_path / "o"), "--precision", "bf16"]) == 2
+    assert "already sets precision" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.devices import DEVICE_HELP
+from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 RUN_EPILOG = """examples:
   lengen sweep presets                                   # the shipped sweeps and their sizes
@@ -48,6 +48,8 @@ def add_parser(sub) -> None:
                    help="local: a process pool on this machine (default); ray: Ray tasks on a cluster "
                    "(pip install \"lengen[sweep]\")")
     r.add_argument("--device", default="auto", help=DEVICE_HELP)
+    r.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + "; for every run, unless the "
+                   "file sets `precision` (it is part of each run's identity: a bf16 run is another run)")
     r.add_argument("--workers", type=int, help="local: runs at once (default: CPU cores / --threads; on "
                    "GPUs --runs-per-gpu x GPUs)")
     r.add_argument("--threads", type=int, help="torch CPU threads per run (default 1 on the CPU; on GPUs "
@@ -74,10 +76,23 @@ def _point(point: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in point.items())
 
 
+def with_precision(spec, precision: str):
+    """--precision as a fixed option of the sweep; refused where the file already says otherwise."""
+    from lengen.errors import LengenError
+
+    if "precision" in spec.grid or spec.fixed.get("precision", precision) != precision:
+        raise LengenError(f"--precision {precision}: the sweep file already sets precision; "
+                          "give it in one place")
+    spec.fixed["precision"] = precision
+    return spec
+
+
 def run(args) -> int:
     from lengen.sweeps import SweepOptions, expand, load_spec, run_sweep
 
     spec = load_spec(args.spec)
+    if args.precision is not None:
+        spec = with_precision(spec, args.precision)
     if args.dry_run:
         runs = expand(spec)
         print(f"sweep {spec.name}: {len(runs)} runs")
