@@ -52,6 +52,16 @@ class ResultsWriter:
         self.extra = varying_columns(runs)
         self._cache: dict[str, tuple[dict, list] | None] = {}
 
+    def config_row(self, run) -> dict:
+        """What the config says of a run (finished or not): identity, base options, varying options."""
+        cfg = run.config
+        flat = {}
+        for name in TRAIN_OPTIONS:
+            flat.update(_flat(name, option_value(cfg, name)))
+        return {"run_id": run.run_id, "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
+                "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "train_length": cfg.train_length,
+                "max_length": cfg.max_length, **{c: flat.get(c) for c in self.extra}}
+
     def _row(self, run) -> tuple[dict, list] | None:
         if self._cache.get(run.run_id) is not None:
             return self._cache[run.run_id]
@@ -60,21 +70,20 @@ class ResultsWriter:
             ev = io.read_json(path)
         except (OSError, ValueError):
             return None
-        cfg = run.config
         train_s, eval_s = ev.get("train_seconds"), ev.get("eval_seconds")
-        row = {"run_id": run.run_id, "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
-               "test_positions": ev["test_positions"], "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps,
-               "train_length": cfg.train_length, "max_length": ev["max_length"], "score": ev["score"],
-               "accuracy_in_train_range": ev["accuracy_in_train_range"],
+        row = {**self.config_row(run), "test_positions": ev["test_positions"], "max_length": ev["max_length"],
+               "score": ev["score"], "accuracy_in_train_range": ev["accuracy_in_train_range"],
                "seconds": round(train_s + eval_s, 3) if train_s is not None and eval_s is not None else None,
                "train_seconds": train_s, "eval_seconds": eval_s, "device": ev.get("device")}
-        flat = {}
-        for name in TRAIN_OPTIONS:
-            flat.update(_flat(name, option_value(cfg, name)))
-        row.update({c: flat.get(c) for c in self.extra})
         acc = [(int(n), a) for n, a in ev["accuracy_by_length"].items()]
         self._cache[run.run_id] = (row, acc)
         return row, acc
+
+    def rows(self):
+        """(row or None, accuracy pairs or None) per run, in sweep order."""
+        for run in self.runs:
+            got = self._row(run)
+            yield (got if got is not None else (None, None))
 
     def write(self) -> int:
         """Rewrite both tables; returns the number of finished runs."""
@@ -85,15 +94,13 @@ class ResultsWriter:
         a = csv.writer(long, lineterminator="\n")
         a.writerow(["run_id", "length", "accuracy"])
         n = 0
-        for run in self.runs:
-            got = self._row(run)
-            if got is None:
+        for row, acc in self.rows():
+            if row is None:
                 continue
-            row, acc = got
             n += 1
             w.writerow(["" if row[c] is None else row[c] for c in columns])
             for length, value in sorted(acc):
-                a.writerow([run.run_id, length, value])
+                a.writerow([row["run_id"], length, value])
         io.write_text(self.sweep.path / RESULTS, table.getvalue())
         io.write_text(self.sweep.path / ACCURACY, long.getvalue())
         return n

@@ -30,6 +30,9 @@ class Task(abc.ABC):
 
     name: str
     level: str
+    #: solvable without positional information (the seed paper's dagger: parity, cycle navigation,
+    #: bucket sort)
+    permutation_invariant: bool = False
     input_vocab_size: int
     output_vocab_size: int
     # Optional symbol tables for decode_input/decode_output, joined with `symbol_sep`.

@@ -12,6 +12,7 @@ class BucketSort(Task):
 
     name = "bucket_sort"
     level = "CS"
+    permutation_invariant = True
     input_vocab_size = 5
     output_vocab_size = 5
     input_symbols = output_symbols = ("0", "1", "2", "3", "4")

@@ -18,6 +18,7 @@ class CycleNavigation(Task):
 
     name = "cycle_navigation"
     level = "R"
+    permutation_invariant = True
     input_vocab_size = 3
     output_vocab_size = 5
     input_symbols = ("+0", "+1", "-1")

@@ -12,6 +12,7 @@ class ParityCheck(Task):
 
     name = "parity_check"
     level = "R"
+    permutation_invariant = True
     input_vocab_size = 2
     output_vocab_size = 2
     input_symbols = output_symbols = ("0", "1")

@@ -1,0 +1,46 @@
+"""`lengen report`: the seed paper's tables and figures from a sweep folder."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """examples:
+  lengen report sweeps/mini                         # writes sweeps/mini/report/
+  lengen report sweeps/full --out reports/full      # then open reports/full/index.html
+
+Writes table1.md/.csv (best score per task and encoding over learning rates and seeds),
+table4.md/.csv (mean +- std over seeds at the best learning rate), table2.md/.csv (time per run),
+comparison.md/.csv (beside the published Table 1, when the sweep's tasks and encodings are the
+paper's), fig4_<task>.png/.svg (accuracy against length), fig3_max_position.png when the sweep
+varies max_position, and index.html holding all of them (offline: no network needed). Works on an
+unfinished sweep: missing cells are marked and listed.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="the paper's tables and figures from a sweep folder",
+                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a folder written by `lengen sweep run`")
+    p.add_argument("--out", metavar="REPORT_DIR", help="where to write (default SWEEP_DIR/report)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from lengen.reports import build_report
+    from lengen.reports.render import markdown
+
+    out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
+    rep = build_report(args.sweep_dir, out)
+    print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")
+    print(markdown(rep["table1"]))
+    if rep["missing"]:
+        print(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
+    if rep["comparison"] is not None:
+        g = rep["comparison"]["mean_gain"]
+        if g["measured"] is not None:
+            print(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
+                  f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
+    print(f"report: {out}/index.html")
+    return 0

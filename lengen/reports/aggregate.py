@@ -1,0 +1,156 @@
+"""The seed paper's aggregations (Ruoss et al. 2023; ../shared/reference/ruoss_figures.md) over a
+table of runs, one row per run, as pandas DataFrames. Pure functions: the tests feed them hand-made
+tables.
+
+A run's *variant* is everything that defines a column of the paper's tables: the encoding, the
+position sampler and any other option that varies in the sweep, except the task (rows), the
+learning rate and the seed (what the cells maximise or average over). Labels follow the paper:
+`rope` for standard positions, `r_rope` for randomized ones, `rope (equal_mean)` for any other
+sampler, with other varying options appended (`rope, logit_scale=log_n`).
+
+- Table 1: per task and variant, 100 x the max score over learning rates and seeds.
+- Table 4: per task and variant, mean and std (ddof 0) over seeds at the learning rate with the
+  best mean (the paper does not say; reference note's choice).
+- Table 2: per task and variant, mean and std of a run's wall time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lengen.tasks import TASK_NAMES, get_task
+
+#: columns that are never part of a variant
+NOT_VARIANT = {"run_id", "task", "lr", "seed", "score", "accuracy_in_train_range", "seconds", "train_seconds",
+               "eval_seconds", "device", "done", "test_positions", "variant", "variant_order"}
+LEVELS = ("R", "DCF", "CS")
+STANDARD, RANDOMIZED = "standard", "randomized"
+
+
+def variant_columns(runs: pd.DataFrame) -> list[str]:
+    """pe, positions, then every other column that varies between runs (in table order).
+    test_positions joins only where it is not implied by the sampler."""
+    cols = ["pe", "positions"]
+    for c in runs.columns:
+        if c in NOT_VARIANT or c in cols:
+            continue
+        if runs[c].astype(str).nunique(dropna=False) > 1:
+            cols.append(c)
+    if "test_positions" in runs and (runs.groupby("positions")["test_positions"].nunique() > 1).any():
+        cols.append("test_positions")
+    return cols
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return str(v)
+
+
+def variant_label(row, columns: list[str]) -> str:
+    pe, positions = row["pe"], row["positions"]
+    label = f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD else f"{pe} ({positions})"
+    extra = [f"{c}={_fmt(row[c])}" for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
+    return ", ".join([label, *extra])
+
+
+def add_variants(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with a `variant` column and a `variant_order` column (standard samplers first,
+    then randomized, then others; within a group, order of first appearance)."""
+    runs = runs.copy()
+    cols = variant_columns(runs)
+    runs["variant"] = [variant_label(r, cols) for _, r in runs.iterrows()]
+    group = runs["positions"].map(lambda p: 0 if p == STANDARD else 1 if p == RANDOMIZED else 2)
+    first = {v: i for i, v in reversed(list(enumerate(runs["variant"])))}
+    runs["variant_order"] = list(zip(group, runs["variant"].map(first)))
+    return runs
+
+
+def ordered_variants(runs: pd.DataFrame) -> list[str]:
+    order = runs.drop_duplicates("variant").sort_values("variant_order", kind="stable")
+    return list(order["variant"])
+
+
+def ordered_tasks(tasks) -> list[str]:
+    """Tasks in the paper's order: by level (R, DCF, CS), then lengen's task order."""
+    tasks = set(tasks)
+    known = [t for t in TASK_NAMES if t in tasks]
+    return sorted(known, key=lambda t: LEVELS.index(get_task(t).level)) + sorted(tasks - set(known))
+
+
+def task_label(task: str) -> str:
+    """The paper's dagger for permutation-invariant tasks."""
+    try:
+        return task + (" †" if get_task(task).permutation_invariant else "")
+    except Exception:  # noqa: BLE001 - a task lengen does not know keeps its name
+        return task
+
+
+def _pivot(values: pd.Series, runs: pd.DataFrame) -> pd.DataFrame:
+    table = values.unstack("variant")
+    tasks = ordered_tasks(runs["task"].unique())
+    return table.reindex(index=tasks, columns=ordered_variants(runs))
+
+
+def table1(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tasks x variants: 100 x max score over learning rates and seeds (NaN: no finished run)."""
+    done = runs[runs["score"].notna()]
+    best = done.groupby(["task", "variant"])["score"].max() * 100
+    return _pivot(best, runs)
+
+
+def best_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The run each Table 1 cell shows (highest score; ties: the first in sweep order)."""
+    done = runs[runs["score"].notna()]
+    idx = done.groupby(["task", "variant"], sort=False)["score"].idxmax()
+    return done.loc[idx.values]
+
+
+def table4(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(mean, std, lr): tasks x variants, 100 x mean and std (ddof 0) of the score over seeds at
+    the learning rate with the best mean."""
+    done = runs[runs["score"].notna()]
+    per_lr = done.groupby(["task", "variant", "lr"])["score"].agg(mean="mean", std=lambda s: s.std(ddof=0),
+                                                                    n="size")
+    best = per_lr.loc[per_lr.groupby(["task", "variant"])["mean"].idxmax()]
+    best = best.reset_index(level="lr")
+    return (_pivot(best["mean"] * 100, runs), _pivot(best["std"] * 100, runs), _pivot(best["lr"], runs))
+
+
+def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(mean, std) of a run's wall time in seconds (training + evaluation), tasks x variants."""
+    done = runs[runs["seconds"].notna()]
+    g = done.groupby(["task", "variant"])["seconds"]
+    return _pivot(g.mean(), runs), _pivot(g.std(ddof=0), runs)
+
+
+def missing_cells(runs: pd.DataFrame) -> list[tuple[str, str, int, int]]:
+    """(task, variant, finished, planned) for every cell with unfinished runs."""
+    g = runs.groupby(["task", "variant"])["score"]
+    out = []
+    for (task, variant), scores in g:
+        finished = int(scores.notna().sum())
+        if finished < len(scores):
+            out.append((task, variant, finished, len(scores)))
+    order = {t: i for i, t in enumerate(ordered_tasks(runs["task"].unique()))}
+    vorder = {v: i for i, v in enumerate(ordered_variants(runs))}
+    return sorted(out, key=lambda c: (order[c[0]], vorder[c[1]]))
+
+
+def randomized_gain(table: pd.DataFrame) -> pd.Series:
+    """Per task: max over randomized columns minus max over standard columns (the paper's
+    "+12.0% on average": its mean over tasks). NaN where a side has no value."""
+    plain = [c for c in table.columns if "," not in c and "(" not in c]
+    rand = [c for c in plain if c.startswith("r_")]
+    std = [c for c in plain if not c.startswith("r_")]
+    if not rand or not std:
+        return pd.Series(np.nan, index=table.index)
+    return table[rand].max(axis=1, skipna=True) - table[std].max(axis=1, skipna=True)
+
+
+def randomized_wins(table: pd.DataFrame) -> pd.DataFrame:
+    """For each encoding with both a standard and a randomized column: per task, randomized minus
+    standard."""
+    pairs = [(c[2:], c) for c in table.columns if c.startswith("r_") and c[2:] in table.columns]
+    return pd.DataFrame({std: table[rand] - table[std] for std, rand in pairs}, index=table.index)

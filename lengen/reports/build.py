@@ -1,0 +1,136 @@
+"""`lengen report`: every table and figure of the seed paper from one sweep folder, as Markdown,
+CSV, PNG/SVG and one offline HTML page that holds them all."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from lengen import io
+from lengen.reports import aggregate as agg
+from lengen.reports import published as pub
+from lengen.reports.figures import accuracy_by_length, score_vs_max_position
+from lengen.reports.load import load_sweep
+from lengen.reports.render import html_table, markdown, simple_markdown
+
+
+def _csv(table: pd.DataFrame, path: Path, index_label: str = "task") -> None:
+    io.write_text(path, table.to_csv(index_label=index_label, float_format="%.4g"))
+
+
+def _table4_long(mean, std, lr) -> pd.DataFrame:
+    rows = []
+    for task in mean.index:
+        for col in mean.columns:
+            if pd.notna(mean.loc[task, col]):
+                rows.append({"task": task, "variant": col, "lr": lr.loc[task, col], "mean": mean.loc[task, col],
+                             "std": std.loc[task, col]})
+    return pd.DataFrame(rows, columns=["task", "variant", "lr", "mean", "std"])
+
+
+def comparison_text(cmp: dict) -> str:
+    g = cmp["mean_gain"]
+    lines = []
+    if g["measured"] is not None:
+        lines.append(f"- Randomized minus standard positions, best cell of each side per task, averaged over "
+                     f"tasks: **{g['measured']:+.1f}** points measured; {g['published_same_cells']:+.1f} in the "
+                     f"paper on the same cells ({g['published_paper']:+.1f} on its full table).")
+    for enc, w in cmp["wins"].items():
+        lines.append(f"- {enc}: randomized beats standard on {w['measured']} of {w['tasks']} tasks "
+                     f"(paper: {w['published']} of {w['tasks']}).")
+    solved_m = {t: c for t, c in cmp["solved"]["measured"].items() if c}
+    solved_p = {t: c for t, c in cmp["solved"]["published"].items() if c}
+    lines.append("- Solved (> 90%): measured " + (", ".join(f"{t} ({', '.join(c)})" for t, c in solved_m.items())
+                                                   or "none") + "; paper " +
+                 (", ".join(f"{t} ({', '.join(c)})" for t, c in solved_p.items()) or "none") + ".")
+    return "\n".join(lines) + "\n"
+
+
+def build_report(sweep_path, out) -> dict:
+    data = load_sweep(sweep_path)
+    out = Path(out)
+    runs = agg.add_variants(data.runs)
+    done = int(runs["done"].sum())
+    t1 = agg.table1(runs)
+    t4_mean, t4_std, t4_lr = agg.table4(runs) if done else (t1, t1, t1)
+    t2_mean, t2_std = agg.table2(runs) if done else (t1, t1)
+    missing = agg.missing_cells(runs)
+
+    files = {}
+    io.write_text(out / "table1.md", markdown(t1))
+    _csv(t1, out / "table1.csv")
+    io.write_text(out / "table4.md", markdown(t4_mean, std=t4_std))
+    _csv(_table4_long(t4_mean, t4_std, t4_lr), out / "table4.csv", index_label="row")
+    io.write_text(out / "table2.md", markdown(t2_mean, std=t2_std, fmt="{:.0f}", bold_max=False, average=False))
+    _csv(t2_mean, out / "table2.csv")
+    files["tables"] = ["table1.md", "table1.csv", "table4.md", "table4.csv", "table2.md", "table2.csv"]
+
+    cmp = pub.compare(t1) if pub.comparable(t1) and done else None
+    if cmp is not None:
+        io.write_text(out / "comparison.md", comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"]))
+        io.write_text(out / "comparison.csv", cmp["cells"].to_csv(index=False, float_format="%.4g"))
+        files["tables"] += ["comparison.md", "comparison.csv"]
+
+    fig4 = accuracy_by_length(runs, data.accuracy, out) if done else {}
+    fig3 = score_vs_max_position(runs, out) if done else None
+    files["figures"] = list(fig4.values()) + ([fig3] if fig3 else [])
+
+    page = _html(data, runs, t1, (t4_mean, t4_std), (t2_mean, t2_std), missing, cmp, fig4, fig3)
+    io.write_text(out / "index.html", page)
+    return {"out": out, "table1": t1, "done": done, "planned": len(runs), "missing": missing,
+            "comparison": cmp, "files": files}
+
+
+def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        lengen_version = version("lengen")
+    except PackageNotFoundError:
+        lengen_version = "unknown"
+    esc = html.escape
+    parts = [f"<h1>lengen report: {esc(data.name)}</h1>",
+             f"<p>{int(runs['done'].sum())} of {len(runs)} runs finished. Sweep folder <code>{esc(str(data.path))}"
+             f"</code>; lengen {esc(lengen_version)}.</p>"]
+    if missing:
+        items = "".join(f"<li>{esc(t)} / {esc(v)}: {f} of {n} runs finished</li>" for t, v, f, n in missing)
+        parts.append(f"<h3>Unfinished cells</h3><ul id=\"missing\">{items}</ul>"
+                     "<p>— marks a cell with no finished run; * an average over fewer tasks.</p>")
+    parts += ["<h2>Table 1: best score (%) over learning rates and seeds</h2>",
+              "<p>Score = mean accuracy over the lengths beyond training (N+1..M); † = permutation-invariant "
+              "task; bold = best of the row.</p>", html_table(t1, "table1")]
+    if cmp is not None:
+        cells = cmp["cells"]
+        rows = "".join(f"<tr><td>{esc(r.task)}</td><td>{esc(r.encoding)}</td><td>{r.measured:.1f}</td>"
+                       f"<td>{r.published:.1f}</td><td>{r.difference:+.1f}</td></tr>" for r in cells.itertuples())
+        claims = "".join("<li>" + re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", esc(line[2:])) + "</li>"
+                         for line in comparison_text(cmp).splitlines())
+        parts += ["<h2>Beside the published Table 1 (Ruoss et al. 2023)</h2>", f"<ul>{claims}</ul>",
+                  "<table id=\"comparison\"><thead><tr><th>task</th><th>encoding</th><th>measured</th>"
+                  f"<th>published</th><th>difference</th></tr></thead><tbody>{rows}</tbody></table>"]
+    parts += ["<h2>Table 4: mean ± std over seeds at the best learning rate</h2>", html_table(t4[0], "table4", std=t4[1]),
+              "<h2>Table 2: wall time per run (s, mean ± std)</h2>",
+              html_table(t2[0], "table2", std=t2[1], fmt="{:.0f}", bold_max=False, average=False)]
+    if fig4:
+        parts.append("<h2>Figure 4: accuracy against length (the run of each Table 1 cell)</h2>")
+        parts += [f'<figure><img src="{esc(name)}" alt="{esc(task)}"><figcaption>{esc(task)}</figcaption></figure>'
+                  for task, name in fig4.items()]
+    if fig3:
+        parts += ["<h2>Figure 3: score against max_position</h2>", f'<figure><img src="{esc(fig3)}"></figure>']
+    parts.append("<p>Figure 2 (score against training time) needs evaluations during training, which lengen "
+                 "sweeps do not log yet.</p>")
+    parts += ["<h2>The sweep file</h2>", f"<pre>{esc(data.spec_text)}</pre>"]
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
+             "td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}"
+             "tr.average td{border-top:2px solid #333}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
+    # offline: no external resource; the script records whether every image loaded (tests read it)
+    script = ("window.addEventListener('load',function(){var im=document.images,ok=0;"
+              "for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0)ok++;}"
+              "document.body.setAttribute('data-images-loaded',ok+'/'+im.length);});")
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>lengen report: {esc(data.name)}</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}<script>{script}</script></body></html>\n")

@@ -1,0 +1,90 @@
+"""The paper's figures from a sweep: accuracy against length per task (Fig. 4, the run each Table 1
+cell selects), and score against max_position when the sweep varies it (Fig. 3). Each figure is
+written as PNG and SVG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from lengen import io
+from lengen.reports.aggregate import best_runs, ordered_tasks, ordered_variants, task_label
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path, stem: str) -> list[str]:
+    names = []
+    for ext in ("png", "svg"):
+        io.save_figure(out / f"{stem}.{ext}", fig)
+        names.append(f"{stem}.{ext}")
+    return names
+
+
+def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) -> dict[str, str]:
+    """Fig. 4: per task, accuracy against length of each variant's best run, the training lengths
+    shaded and a dashed line at N. Returns task -> PNG file name."""
+    plt = _plt()
+    best = best_runs(runs)
+    order = ordered_variants(runs)
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = {pe: cycle[i % len(cycle)] for i, pe in enumerate(dict.fromkeys(runs["pe"]))}
+    made = {}
+    for task in ordered_tasks(best["task"].unique()):
+        rows = best[best["task"] == task].set_index("variant").reindex([v for v in order])
+        rows = rows[rows["run_id"].notna()]
+        fig, ax = plt.subplots(figsize=(7.5, 3.8))
+        n = int(rows["train_length"].max())
+        ax.axvspan(0.5, n + 0.5, color="0.9", zorder=0)
+        ax.axvline(n, color="tab:red", ls="--", lw=1, label=f"N = {n}")
+        for variant, r in rows.iterrows():
+            acc = accuracy[accuracy["run_id"] == r["run_id"]].sort_values("length")
+            # one colour per encoding; randomized positions solid, others dotted
+            ls = "-" if variant.startswith("r_") else ":"
+            ax.plot(acc["length"], acc["accuracy"], ls, lw=1.5, color=colours[r["pe"]],
+                    label=f"{variant} ({100 * r['score']:.1f})")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{task_label(task)}: best run per encoding (score in brackets)")
+        ax.legend(fontsize=7, ncol=2, loc="lower left")
+        ax.grid(alpha=0.3)
+        made[task] = _save(fig, out, f"fig4_{task}")[0]
+        plt.close(fig)
+    return made
+
+
+def score_vs_max_position(runs: pd.DataFrame, out: Path) -> str | None:
+    """Fig. 3: score against max_position, every run as a point and the max as a line, per task
+    and variant. None when the sweep does not vary max_position."""
+    if "max_position" not in runs or runs["max_position"].nunique() < 2:
+        return None
+    plt = _plt()
+    done = runs[runs["score"].notna()].copy()
+    done["variant"] = done["variant"].str.replace(r", max_position=\d+", "", regex=True)
+    tasks = ordered_tasks(done["task"].unique())
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        sub = done[done["task"] == task]
+        for variant in ordered_variants(sub):
+            v = sub[sub["variant"] == variant]
+            ax.scatter(v["max_position"], 100 * v["score"], s=8, alpha=0.4)
+            best = v.groupby("max_position")["score"].max() * 100
+            ax.plot(best.index, best.values, marker="o", label=variant)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("max_position L")
+        ax.set_ylabel("score (%)")
+        ax.set_title(task_label(task))
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    name = _save(fig, out, "fig3_max_position")[0]
+    plt.close(fig)
+    return name

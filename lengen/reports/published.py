@@ -1,0 +1,67 @@
+"""The seed paper's published numbers (Ruoss et al. 2023, Tables 1 and 4, transcribed in
+../shared/reference/ruoss_figures.md and ruoss_table4.csv), shipped with lengen, and the
+comparison of a sweep's Table 1 with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lengen.reports.aggregate import randomized_gain
+
+DATA = Path(__file__).with_name("data")
+PAPER_COLUMNS = ["none", "sincos", "relative", "alibi", "rope", "learned",
+                 "r_sincos", "r_relative", "r_alibi", "r_rope", "r_learned"]
+PAPER_AVERAGE_GAIN = 12.0  # "Our randomized method increases the test accuracy by 12.0% on average"
+
+
+def published_table1() -> pd.DataFrame:
+    return pd.read_csv(DATA / "ruoss2023_table1.csv").set_index("task").drop(columns="level")
+
+
+def published_table4() -> tuple[pd.DataFrame, pd.DataFrame]:
+    raw = pd.read_csv(DATA / "ruoss2023_table4.csv").set_index("task")
+    mean = raw.apply(lambda col: col.str.split("/").str[0].astype(float))
+    std = raw.apply(lambda col: col.str.split("/").str[1].astype(float))
+    return mean, std
+
+
+def comparable(table: pd.DataFrame) -> bool:
+    """The sweep's columns are the paper's encodings (standard / randomized positions only) and its
+    rows the paper's tasks: then its cells can stand beside the published ones."""
+    paper = published_table1()
+    return (len(table.columns) > 0 and set(table.columns) <= set(PAPER_COLUMNS)
+            and set(table.index) <= set(paper.index))
+
+
+def compare(table: pd.DataFrame) -> dict:
+    """Measured beside published on the cells both have: the long table of cells (measured,
+    published, difference), and the paper's claims recomputed on both."""
+    paper = published_table1().reindex(index=table.index, columns=table.columns)
+    cells = []
+    for task in table.index:
+        for col in table.columns:
+            m, p = table.loc[task, col], paper.loc[task, col]
+            if pd.notna(m) and pd.notna(p):
+                cells.append({"task": task, "encoding": col, "measured": m, "published": p, "difference": m - p})
+    gain_m = randomized_gain(table)
+    gain_p = randomized_gain(paper.where(table.notna()))
+    wins = {}
+    for col in table.columns:
+        if col.startswith("r_") and col[2:] in table.columns:
+            both = table[[col, col[2:]]].dropna()
+            pub = paper[[col, col[2:]]].loc[both.index]
+            wins[col[2:]] = {"measured": int((both[col] > both[col[2:]]).sum()),
+                             "published": int((pub[col] > pub[col[2:]]).sum()), "tasks": len(both)}
+    solved_m = {t: [c for c in table.columns if table.loc[t, c] > 90] for t in table.index}
+    solved_p = {t: [c for c in table.columns if paper.loc[t, c] > 90] for t in table.index}
+    return {
+        "cells": pd.DataFrame(cells, columns=["task", "encoding", "measured", "published", "difference"]),
+        "gain": pd.DataFrame({"measured": gain_m, "published": gain_p}),
+        "mean_gain": {"measured": float(np.nanmean(gain_m)) if gain_m.notna().any() else None,
+                      "published_same_cells": float(np.nanmean(gain_p)) if gain_p.notna().any() else None,
+                      "published_paper": PAPER_AVERAGE_GAIN},
+        "wins": wins, "solved": {"measured": solved_m, "published": solved_p},
+    }

@@ -1,0 +1,173 @@
+"""Reports: the paper's aggregations on hand-made tables, the comparison with the published
+Table 1, and the HTML page in a real browser."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from lengen.cli import main
+from lengen.reports import aggregate as agg
+from lengen.reports.published import compare, comparable, published_table1
+from lengen.reports.render import cell_texts, markdown
+
+
+def hand_runs() -> pd.DataFrame:
+    """Two tasks x (rope, r_rope) x 2 learning rates x 2 seeds, with scores chosen by hand; one
+    r_rope run of bucket_sort unfinished."""
+    rows = []
+    scores = {  # (task, positions, lr) -> scores of seeds 0, 1
+        ("even_pairs", "standard", 1e-4): (0.50, 0.60), ("even_pairs", "standard", 3e-4): (0.55, 0.52),
+        ("even_pairs", "randomized", 1e-4): (0.90, 0.70), ("even_pairs", "randomized", 3e-4): (0.85, 0.85),
+        ("bucket_sort", "standard", 1e-4): (0.30, 0.20), ("bucket_sort", "standard", 3e-4): (0.25, 0.35),
+        ("bucket_sort", "randomized", 1e-4): (0.99, None), ("bucket_sort", "randomized", 3e-4): (0.40, 0.50),
+    }
+    for (task, positions, lr), pair in scores.items():
+        for seed, score in enumerate(pair):
+            rows.append({"run_id": f"{task}{positions}{lr}{seed}", "task": task, "pe": "rope",
+                         "positions": positions, "test_positions": "random" if positions == "randomized" else "standard",
+                         "lr": lr, "seed": seed, "steps": 100, "train_length": 20, "max_length": 60,
+                         "score": score, "seconds": None if score is None else 10.0 + seed, "done": score is not None})
+    return agg.add_variants(pd.DataFrame(rows))
+
+
+def test_variants_are_labelled_as_in_the_paper():
+    runs = hand_runs()
+    assert agg.variant_columns(runs) == ["pe", "positions"]  # test_positions follows the sampler
+    assert agg.ordered_variants(runs) == ["rope", "r_rope"]
+    more = runs.assign(logit_scale=np.where(runs["seed"] == 0, "none", "log_n"))
+    more = agg.add_variants(more.drop(columns=["variant", "variant_order"]))
+    assert set(more["variant"]) == {"rope, logit_scale=none", "rope, logit_scale=log_n",
+                                    "r_rope, logit_scale=none", "r_rope, logit_scale=log_n"}
+
+
+def test_table1_is_the_best_over_seeds_and_learning_rates():
+    t1 = agg.table1(hand_runs())
+    assert list(t1.index) == ["even_pairs", "bucket_sort"]  # R before CS, as in the paper
+    assert t1.loc["even_pairs", "rope"] == pytest.approx(60.0)
+    assert t1.loc["even_pairs", "r_rope"] == pytest.approx(90.0)
+    assert t1.loc["bucket_sort", "rope"] == pytest.approx(35.0)
+    assert t1.loc["bucket_sort", "r_rope"] == pytest.approx(99.0)  # the unfinished run is ignored
+
+
+def test_table4_is_mean_and_std_at_the_lr_with_the_best_mean():
+    mean, std, lr = agg.table4(hand_runs())
+    # even_pairs rope: lr 1e-4 mean 0.55, lr 3e-4 mean 0.535 -> 1e-4, std (ddof 0) of (0.5, 0.6) = 0.05
+    assert lr.loc["even_pairs", "rope"] == 1e-4
+    assert mean.loc["even_pairs", "rope"] == pytest.approx(55.0)
+    assert std.loc["even_pairs", "rope"] == pytest.approx(5.0)
+    # even_pairs r_rope: 0.80 vs 0.85 -> 3e-4, std 0
+    assert lr.loc["even_pairs", "r_rope"] == 3e-4 and std.loc["even_pairs", "r_rope"] == pytest.approx(0.0)
+    # bucket_sort r_rope: lr 1e-4 has one finished run (0.99) -> mean 0.99 beats 0.45
+    assert mean.loc["bucket_sort", "r_rope"] == pytest.approx(99.0) and lr.loc["bucket_sort", "r_rope"] == 1e-4
+
+
+def test_bold_per_row_average_row_and_missing_cells():
+    t1 = agg.table1(hand_runs())
+    t1.loc["bucket_sort", "rope"] = np.nan  # a cell with no finished run
+    header, rows, bolds = cell_texts(t1)
+    assert header == ["Level", "Task", "rope", "r_rope"]
+    assert rows[0] == ["R", "even_pairs", "60.0", "90.0"] and bolds[0] == [False, False, False, True]
+    assert rows[1] == ["CS", "bucket_sort †", "—", "99.0"]
+    # average over tasks; * marks a column averaged over fewer tasks
+    assert rows[2] == ["", "Average", "60.0*", "94.5"]
+    md = markdown(t1)
+    assert "| R | even_pairs | 60.0 | **90.0** |" in md
+    tie = t1.copy()
+    tie.loc["even_pairs", "rope"] = 90.0
+    assert cell_texts(tie)[2][0] == [False, False, True, True]  # ties are all bold
+
+
+def test_missing_cells_are_listed():
+    assert agg.missing_cells(hand_runs()) == [("bucket_sort", "r_rope", 3, 4)]
+
+
+def test_comparison_with_the_published_table():
+    paper = published_table1()
+    assert paper.loc["even_pairs", "rope"] == 51.0 and paper.loc["bucket_sort", "r_learned"] == 99.5
+    # the headline: mean over tasks of best randomized minus best standard cell = 11.95 (the paper's 12.0)
+    assert agg.randomized_gain(paper).mean() == pytest.approx(11.95, abs=0.01)
+    t1 = agg.table1(hand_runs())
+    assert comparable(t1)
+    cmp = compare(t1)
+    cells = cmp["cells"].set_index(["task", "encoding"])
+    assert cells.loc[("even_pairs", "rope"), "published"] == 51.0
+    assert cells.loc[("even_pairs", "rope"), "difference"] == pytest.approx(60.0 - 51.0)
+    assert cells.loc[("bucket_sort", "r_rope"), "difference"] == pytest.approx(99.0 - 99.6)
+    # gain on the same cells: measured (90-60 + 99-35)/2 = 47; paper (100-51 + 99.6-30.6)/2 = 59
+    assert cmp["mean_gain"]["measured"] == pytest.approx(47.0)
+    assert cmp["mean_gain"]["published_same_cells"] == pytest.approx(59.0)
+    assert cmp["wins"]["rope"] == {"measured": 2, "published": 2, "tasks": 2}
+    assert cmp["solved"]["measured"] == {"even_pairs": [], "bucket_sort": ["r_rope"]}
+    other = t1.rename(columns={"rope": "rope, key_norm=True"})
+    assert not comparable(other)
+
+
+# -- the command and the page -----------------------------------------------------------------
+
+TINY = {"steps": 20, "batch_size": 8, "train_length": 3, "max_length": 6, "eval_samples": 8, "layers": 1,
+        "heads": 2, "d_model": 8, "d_ff": 16, "checkpoint_every": 10, "log_every": 5}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    spec = root / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "tiny", "grid": {"task": ["parity_check", "even_pairs"],
+                                                             "pe": ["rope", "alibi"],
+                                                             "positions": ["standard", "randomized"]},
+                                    "fixed": TINY}))
+    assert main(["sweep", "run", str(spec), "--out", str(root / "sweep"), "--workers", "1", "--device", "cpu",
+                 "--no-progress"]) == 0
+    assert main(["report", str(root / "sweep"), "--out", str(root / "report")]) == 0
+    return root / "report"
+
+
+def test_report_files(report):
+    for name in ("table1.md", "table1.csv", "table4.md", "table4.csv", "table2.md", "index.html",
+                 "comparison.md", "fig4_parity_check.png", "fig4_parity_check.svg", "fig4_even_pairs.png"):
+        assert (report / name).exists(), name
+    t1 = pd.read_csv(report / "table1.csv", index_col="task")
+    assert list(t1.index) == ["even_pairs", "parity_check"]
+    assert list(t1.columns) == ["rope", "alibi", "r_rope", "r_alibi"]
+    assert (report / "fig4_even_pairs.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    if os.environ.get("CI"):
+        pytest.fail("CI must have headless Chromium (.ci/run installs Debian's chromium)")
+    pytest.skip("no Chromium here (apt-get install chromium)")
+
+
+def test_html_page_renders_offline_in_a_browser(report, tmp_path):
+    browser = _chromium()
+    url = (report / "index.html").resolve().as_uri()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert loaded, "the page's load script did not run"
+    assert loaded.group(1) == loaded.group(2) and int(loaded.group(2)) == 2  # two fig4 PNGs, both loaded
+    table = re.search(r'<table id="table1">(.*?)</table>', dom, re.S).group(1)
+    assert len(re.findall(r'<tr class="task">', table)) == 2 and len(re.findall(r'<tr class="average">', table)) == 1
+    assert "http://" not in dom and "https://" not in dom  # nothing to fetch: readable offline
+    shot = tmp_path / "page.png"
+    subprocess.run([browser, *flags, "--window-size=1280,2000", f"--screenshot={shot}", url],
+                   capture_output=True, timeout=120)
+    assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 20_000
+
+
+def test_report_refuses_a_folder_that_is_not_a_sweep(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    assert main(["report", str(tmp_path / "x"), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a lengen sweep directory" in err
+    assert not (tmp_path / "r").exists()
