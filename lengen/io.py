@@ -11,6 +11,25 @@ from typing import Any
 import torch
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates 0600 files; run files get the mode any other new file would (0644 under umask 022)
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def cache_root() -> Path:
+    """Where lengen caches what it can rebuild (corpus tokens, the compiled kernel): $LENGEN_CACHE,
+    else $XDG_CACHE_HOME/lengen, else ~/.cache/lengen."""
+    env = os.environ.get("LENGEN_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lengen"
+
+
 def _atomic(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -20,6 +39,7 @@ def _atomic(path: Path, write) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -39,7 +39,12 @@ def test_tasks_lists_fifteen(capsys):
 @pytest.mark.parametrize("args,message", [
     (["--task", "nope"], "unknown task 'nope'"),
     (["--pe", "nope"], "unknown positional encoding 'nope'"),
-    (["--positions", "randomized", "--max-position", "30", "--train-length", "20"], "exceeds max_position"),
+    (["--positions", "randomized", "--max-position", "30", "--train-length", "20", "--max-length", "25"],
+     "exceeds max_position"),
+    (["--train-length", "8", "--max-length", "6"], "max-length 6 < train-length 8"),
+    (["--seed", "-1"], "seed must be >= 0"),
+    (["--grad-clip", "-1"], "grad-clip must be > 0"),
+    (["--pe-option", "base=abc"], "could not convert string to float"),
     (["--pe", "learned", "--max-position", "50", "--max-length", "60"], "max_position=50"),
     (["--steps", "-1"], "steps must be >= 0"),
     (["--pe-option", "nokey"], "KEY=VALUE"),

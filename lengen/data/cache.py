@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,8 @@ from lengen import io
 
 
 def cache_dir() -> Path:
-    """$LENGEN_CACHE, else ~/.cache/lengen."""
-    env = os.environ.get("LENGEN_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "lengen"
+    """lengen's cache folder (lengen.io.cache_root: $LENGEN_CACHE, else ~/.cache/lengen)."""
+    return io.cache_root()
 
 
 def cache_key(source_label: str, names: list[str], files: list[Path], tokenizer_name: str) -> str:

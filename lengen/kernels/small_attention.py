@@ -7,7 +7,7 @@ Tq queries are the last Tq of the Tk keys (key j visible to query i iff j <= i +
 It runs the C++ kernel in small_attention.cpp when it applies (CPU, float32, 4-D q/k/v with
 equal batch and head sizes, head dims <= 256; q/k dim may differ from v's) and torch's SDPA
 otherwise. The kernel is compiled once per machine with the system C++ compiler into
-$LENGEN_CACHE_DIR (default ~/.cache/lengen/kernels/<torch version>-<hash>), under a file lock,
+$LENGEN_CACHE/kernels (default ~/.cache/lengen/kernels/<torch version>-<hash>), under a file lock,
 and loaded with ctypes (no torch headers, so a cold build takes seconds). If it cannot be built,
 SDPA is used and the reason logged once. LENGEN_KERNELS=0 turns the kernel off; so does
 set_enabled(False).
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from lengen.io import cache_root
 
 log = logging.getLogger("lengen.kernels")
 
@@ -91,9 +93,7 @@ def build_dir() -> Path:
                  _cpu_fingerprint().encode(), platform.machine().encode()):
         key.update(part)
         key.update(b"\0")
-    root = os.environ.get("LENGEN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lengen", "kernels")
-    return Path(root) / f"{torch.__version__}-{key.hexdigest()[:16]}"
+    return cache_root() / "kernels" / f"{torch.__version__}-{key.hexdigest()[:16]}"
 
 
 def build(verbose: bool = False) -> Path:

@@ -67,6 +67,10 @@ class LMConfig:
                 raise LengenError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.lr <= 0:
             raise LengenError(f"lr must be > 0, got {self.lr}")
+        if self.seed < 0:
+            raise LengenError(f"seed must be >= 0, got {self.seed}")
+        if not self.grad_clip > 0:
+            raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
         if not 0.0 < self.val_fraction < 1.0:
             raise LengenError(f"val-fraction must be in (0, 1), got {self.val_fraction}")
         check_precision(self.precision)

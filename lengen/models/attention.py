@@ -78,7 +78,10 @@ class SelfAttention(nn.Module):
     def project(self, x: torch.Tensor):
         return split_heads(self.qkv(x), self.cfg.num_heads)  # each [B, H, T, hd]
 
-    def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
+    def _logit_inputs(self, q, k, ctx: AttentionContext):
+        """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
+        causal mask. The one place the encoding's q/k transform, key norm, logit scaling and
+        additive bias are applied; `attend` and `attention_probs` both go through it."""
         cfg, pe = self.cfg, self.pe[0]
         scale = 1.0 / math.sqrt(cfg.head_dim)
         if cfg.key_norm:
@@ -95,8 +98,24 @@ class SelfAttention(nn.Module):
         bias = pe.bias(self.layer, ctx.pe_state)
         if bias is not None:
             bias = bias.to(q.dtype)
+        return q, k, scale, bias
+
+    def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
+        q, k, scale, bias = self._logit_inputs(q, k, ctx)
         # the fused small-head-dim CPU kernel where it applies, torch SDPA otherwise (lengen.kernels)
         return kernels.attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
+
+    def attention_probs(self, q, k, ctx: AttentionContext) -> torch.Tensor:
+        """The attention probabilities [B, H, Tq, Tk] that `attend` applies to v, in float32, for
+        q, k from `project` (written out: the fused kernel does not return them). For inspection,
+        not for training: it materialises the full Tq x Tk matrix."""
+        q, k, scale, bias = self._logit_inputs(q, k, ctx)
+        logits = (q @ k.transpose(-1, -2)).float() * scale
+        if bias is not None:
+            logits = logits + bias.float()
+        if ctx.causal:
+            logits = logits + causal_additive_mask(logits.shape[-2], logits.shape[-1], logits.device)
+        return torch.softmax(logits, dim=-1)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         B, T, D = x.shape

@@ -57,6 +57,11 @@ class TrainConfig:
                 raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.steps < 0:
             raise LengenError(f"steps must be >= 0, got {self.steps}")
+        if self.seed < 0:
+            raise LengenError(f"seed must be >= 0, got {self.seed}")
+        if self.max_length < self.train_length:
+            raise LengenError(f"max-length {self.max_length} < train-length {self.train_length}: the "
+                              "evaluation must cover the training lengths (and usually go beyond them)")
         if self.lr <= 0:
             raise LengenError(f"lr must be > 0, got {self.lr}")
         if not self.grad_clip > 0:

@@ -94,6 +94,11 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     torch.manual_seed(cfg.seed)  # before the model is built: the seed fixes the initial weights
     parts = build_run(cfg)
     run = RunDir(out)
+    ckpt = run.load_checkpoint() if run.check(cfg.to_dict(), TrainConfig.IDENTITY) else None
+    if ckpt is not None and ckpt["step"] > cfg.steps:
+        raise LengenError(f"{run.path} is already trained to step {ckpt['step']}; --steps {cfg.steps} would "
+                          f"evaluate the {ckpt['step']}-step model. Give --steps {ckpt['step']} or more, or "
+                          "another --out")
     run.claim(cfg.to_dict(), identity_keys=TrainConfig.IDENTITY)
     model = parts.model.to(device)
     # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors
@@ -103,18 +108,20 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     gen = torch.Generator().manual_seed(cfg.seed)
     step, metrics, window, seconds = 0, [], Window(), 0.0
 
-    ckpt = run.load_checkpoint()
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         _restore_rng(ckpt["rng"], np_rng, gen, device)
         step, window, seconds = ckpt["step"], Window(ckpt["window"]), ckpt.get("seconds", 0.0)
-        metrics = [m for m in run.read_metrics() if m["step"] <= step]
+        # the checkpoint carries the metrics rows up to it (metrics.jsonl is a copy written after
+        # it, so a kill between the two writes loses nothing); older checkpoints: the file
+        metrics = ckpt["metrics"] if "metrics" in ckpt else [m for m in run.read_metrics() if m["step"] <= step]
+    start_step = step
 
     def checkpoint():
         run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "rng": _rng_state(np_rng, gen, device), "window": window.state(),
-                             "seconds": elapsed(), "config": cfg.to_dict()}, metrics)
+                             "seconds": elapsed(), "metrics": list(metrics), "config": cfg.to_dict()}, metrics)
 
     model.train()
     bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task} {cfg.model.pe}/{cfg.positions}",
@@ -147,7 +154,27 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
         checkpoint()
     if not evaluate:
         return {}
+    if step == start_step:  # nothing trained in this call: a finished run's evaluation is reused
+        previous = reusable_eval(run, cfg, parts.test_mode, device, step)
+        if previous is not None:
+            return previous
     return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=elapsed())
+
+
+#: eval.json fields that must match for a finished run's evaluation to be reused
+_EVAL_SETTINGS = ("max_length", "eval_samples", "eval_seed", "eval_tokens", "test_positions", "precision",
+                  "device", "steps")
+
+
+def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: int) -> dict | None:
+    try:
+        previous = io.read_json(run.file("eval.json"))
+    except (OSError, ValueError):
+        return None
+    wanted = {"max_length": cfg.max_length, "eval_samples": cfg.eval_samples, "eval_seed": cfg.eval_seed,
+              "eval_tokens": cfg.eval_tokens, "test_positions": test_mode, "precision": cfg.precision,
+              "device": str(device), "steps": step}
+    return previous if all(previous.get(k) == wanted[k] for k in _EVAL_SETTINGS) else None
 
 
 def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | None = None,
@@ -184,7 +211,8 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     record = {
         "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
         "test_positions": parts.test_mode, "train_length": cfg.train_length, "max_length": max_length,
-        "eval_samples": samples, "eval_seed": cfg.eval_seed,
+        "eval_samples": samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,
+        "steps": cfg.steps,
         "score": score(acc, cfg.train_length),
         "accuracy_in_train_range": float(np.mean([a for n, a in acc.items() if n <= cfg.train_length])),
         "bands": [{"lengths": label, "accuracy": a} for label, a in band_table(acc, cfg.train_length)],

@@ -39,16 +39,27 @@ class RunDir:
     def read_config(self) -> dict:
         if not self.exists:
             raise LengenError(f"{self.path} is not a lengen run directory (no {self.CONFIG})")
-        return io.read_json(self.file(self.CONFIG))
+        try:
+            config = io.read_json(self.file(self.CONFIG))
+        except (OSError, ValueError) as e:
+            raise LengenError(f"{self.file(self.CONFIG)} is damaged ({' '.join(str(e).split())}); "
+                              "delete the run directory to start over") from None
+        if not isinstance(config, dict):
+            raise LengenError(f"{self.file(self.CONFIG)} is damaged (not a JSON object); "
+                              "delete the run directory to start over")
+        return config
 
-    def claim(self, config: dict, identity_keys: list[str] | None = None) -> bool:
-        """Write config.json, or check it matches the one already there. Only the keys in
-        `identity_keys` (all keys when None) must match; the others (the number of steps, the
-        evaluation settings) may change between runs of one directory. Returns True when
-        resuming an existing run."""
+    def check(self, config: dict, identity_keys: list[str] | None = None) -> bool:
+        """Whether `config` may use this directory, without writing anything: True when it
+        resumes a run here. Only the keys in `identity_keys` (all keys when None) must match; the
+        others (steps, evaluation settings) may change between runs of one directory. A directory
+        whose config differs but that holds no checkpoint (a start that failed before its first
+        checkpoint) is free: the new config replaces the old one."""
         if self.path.exists() and not self.path.is_dir():
             raise LengenError(f"{self.path} exists and is not a directory")
         if self.exists:
+            if not self.file(self.CHECKPOINT).exists():
+                return False
             old = _flatten(self.read_config())
             new = _flatten(config)
             keys = set(old) | set(new)
@@ -61,20 +72,34 @@ class RunDir:
                     f"run directory {self.path} holds another config ({shown}); "
                     f"use another --out or delete the directory"
                 )
-            io.write_json(self.file(self.CONFIG), config)  # record changed non-identity settings
             return True
         if self.path.is_dir() and any(self.path.iterdir()):
             raise LengenError(f"{self.path} is not empty and holds no lengen run; use another --out")
-        io.write_json(self.file(self.CONFIG), config)
         return False
+
+    def claim(self, config: dict, identity_keys: list[str] | None = None) -> bool:
+        """check(), then write config.json (recording changed non-identity settings). Returns
+        True when resuming an existing run."""
+        resuming = self.check(config, identity_keys)
+        if not resuming:
+            for stale in (self.METRICS, "eval.json"):  # left by a start that never checkpointed
+                self.file(stale).unlink(missing_ok=True)
+        io.write_json(self.file(self.CONFIG), config)
+        return resuming
 
     # -- checkpoints and metrics ---------------------------------------------------------------
     def load_checkpoint(self) -> dict | None:
         path = self.file(self.CHECKPOINT)
-        return io.load_torch(path) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            return io.load_torch(path)
+        except Exception as e:  # noqa: BLE001 - torch raises several kinds for a truncated file
+            raise LengenError(f"{path} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
+                              "delete it to restart the run from step 0") from None
 
     def save_checkpoint(self, state: dict, metrics: list[dict]) -> None:
-        """Metrics are rewritten with the checkpoint, so the two never disagree after a kill."""
+        """The checkpoint, then metrics.jsonl rewritten with the rows up to it."""
         io.save_torch(self.file(self.CHECKPOINT), state)
         io.write_text(self.file(self.METRICS), "".join(json.dumps(m) + "\n" for m in metrics))
 
@@ -82,4 +107,13 @@ class RunDir:
         path = self.file(self.METRICS)
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = []
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                raise LengenError(f"{path} is damaged (line {i} is not JSON); delete it and its "
+                                  "checkpoint.pt to restart the run") from None
+        return rows

@@ -52,7 +52,13 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
         sampler = build_sampler(cfg.positions, max_position=cfg.model.max_position, **cfg.position_options)
     except TypeError as e:
         raise LengenError(f"bad position options {cfg.position_options} for {cfg.positions!r}: {e}") from None
-    model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
+    try:
+        model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
+    except LengenError:
+        raise
+    except (TypeError, ValueError) as e:  # an encoding option of the wrong type or value
+        raise LengenError(f"encoding {cfg.model.pe!r} with options {cfg.model.pe_options}: "
+                          f"{' '.join(str(e).split())}") from None
     pe = model.encoder.pe
     check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
     mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
