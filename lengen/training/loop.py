@@ -116,6 +116,7 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
         # the checkpoint carries the metrics rows up to it (metrics.jsonl is a copy written after
         # it, so a kill between the two writes loses nothing); older checkpoints: the file
         metrics = ckpt["metrics"] if "metrics" in ckpt else [m for m in run.read_metrics() if m["step"] <= step]
+        run.write_metrics(metrics)  # repairs a file that a kill left behind its checkpoint
     start_step = step
 
     def checkpoint():

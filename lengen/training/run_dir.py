@@ -101,6 +101,9 @@ class RunDir:
     def save_checkpoint(self, state: dict, metrics: list[dict]) -> None:
         """The checkpoint, then metrics.jsonl rewritten with the rows up to it."""
         io.save_torch(self.file(self.CHECKPOINT), state)
+        self.write_metrics(metrics)
+
+    def write_metrics(self, metrics: list[dict]) -> None:
         io.write_text(self.file(self.METRICS), "".join(json.dumps(m) + "\n" for m in metrics))
 
     def read_metrics(self) -> list[dict]:
