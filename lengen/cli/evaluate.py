@@ -37,7 +37,7 @@ def run(args) -> int:
 
     set_threads(args.threads)
     run_dir = RunDir(args.run_dir)
-    cfg = TrainConfig.from_dict(run_dir.read_config())
+    cfg = TrainConfig.from_dict(run_dir.read_config(), where=str(run_dir.path))
     if args.device is not None:
         cfg.device = args.device
     if args.precision is not None:

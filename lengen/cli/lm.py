@@ -175,6 +175,10 @@ def run_eval(args) -> int:
     methods = split_methods(args.methods) if args.methods is not None else []
     if args.segment is not None and args.protocol != "last-segment":
         raise LengenError("--segment applies to --protocol last-segment only")
+    for flag in ("segment", "docs", "trials", "batch_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise LengenError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     ecfg = LMEvalConfig(methods=methods, lengths=args.lengths or [], protocol=args.protocol,
                         segment=args.segment, docs=args.docs, trials=args.trials, seed=args.seed,
                         batch_size=args.batch_size, device=args.device or "auto",

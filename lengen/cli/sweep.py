@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
     r.add_argument("--threads", type=int, help="torch CPU threads per run (default 1 on the CPU; on GPUs "
                    "cores / workers)")
     r.add_argument("--runs-per-gpu", type=int, default=8, metavar="K",
-                   help="runs sharing each GPU: one small model leaves most of a GPU idle (default 8: 5.4x the model-steps/s of one run on an H100)")
+                   help="runs sharing each GPU: one small model leaves most of a GPU idle (default 8: 5.4x "
+                   "the model-steps/s of one run on an H100)")
     r.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
     r.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")

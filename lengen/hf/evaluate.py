@@ -102,6 +102,12 @@ def load(settings: EvalSettings):
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
+    folder = Path(settings.model_path)
+    if not folder.is_dir():
+        raise LengenError(f"{folder} is not a folder; give a local Hugging Face model folder")
+    if not settings.gguf_file and not (folder / "config.json").exists():
+        raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
+                          "written by save_pretrained, or a GGUF file with --gguf-file")
     kwargs = {"local_files_only": True}
     if settings.gguf_file:
         kwargs["gguf_file"] = settings.gguf_file
@@ -111,8 +117,8 @@ def load(settings: EvalSettings):
             settings.model_path, dtype=getattr(torch, settings.dtype),
             attn_implementation=settings.attn, **kwargs)
     except (OSError, ValueError, KeyError, ImportError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LengenError(f"cannot load a model from {settings.model_path}: {first}") from None
+        text = " ".join(str(e).split())[:300] or type(e).__name__  # the whole reason, on one line
+        raise LengenError(f"cannot load a model from {settings.model_path}: {text}") from None
     return model.eval(), tokenizer
 
 
@@ -162,7 +168,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     `previous` (an earlier result of the same settings, e.g. an interrupted run) supplies rows
     that are not computed again; its other rows are kept. `on_row(result)` is called after each
     new row, so a caller can save progress."""
-    from tqdm.auto import tqdm
+    from lengen.progress import progress_bar
 
     settings.check()
     device = resolve_device(settings.device)  # a missing GPU fails before the model is loaded
@@ -193,7 +199,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "torch": torch.__version__, "python": platform.python_version()}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
-    bar = tqdm(total=len(todo), disable=not progress or not todo, dynamic_ncols=True, unit="length")
+    bar = progress_bar(len(todo), "hf eval", disable=not progress or not todo, unit="length")
     seqs = sequences(settings, tokenizer, seq_tokens) if seq_tokens and todo else None
     for method, length in todo:
         bar.set_description(f"{method} @ {length}")

@@ -59,7 +59,7 @@ def open_run(run_dir, length: int | None = None, device: str | None = None) -> I
     from lengen.devices import resolve_device
 
     run = RunDir(run_dir)
-    cfg = TrainConfig.from_dict(run.read_config())
+    cfg = TrainConfig.from_dict(run.read_config(), where=str(run.path))
     if device is not None:
         cfg.device = device
     dev = resolve_device(cfg.device)

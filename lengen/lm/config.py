@@ -47,12 +47,19 @@ class LMConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LMConfig":
+    def from_dict(cls, d: dict, where: str | None = None) -> "LMConfig":
+        """`where` (a run directory) prefixes the error messages."""
+        prefix = f"{where}: " if where else ""
         d = dict(d)
-        model = ModelConfig(**d.pop("model", {}))
         unknown = set(d) - set(cls.__dataclass_fields__)
+        if "task" in unknown:
+            raise LengenError(prefix + "this is a CHE run: use `lengen eval` (or `lengen train`)")
         if unknown:
-            raise LengenError(f"unknown config keys {sorted(unknown)}")
+            raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}")
+        try:
+            model = ModelConfig(**d.pop("model", {}))
+        except TypeError as e:
+            raise LengenError(f"{prefix}bad model config: {e}") from None
         return cls(model=model, **d)
 
     def validate(self) -> None:

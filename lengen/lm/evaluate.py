@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from lengen.progress import progress_bar
 
 from lengen.data import load_corpus, long_sequences
 from lengen.devices import check_precision, precision_context, resolve_device
@@ -60,7 +60,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[L
     the device the run was trained on does not matter)."""
     device = resolve_device(device)
     run = RunDir(run_dir)
-    cfg = LMConfig.from_dict(run.read_config())
+    cfg = LMConfig.from_dict(run.read_config(), where=str(run.path))
     ckpt = run.load_checkpoint()  # map_location cpu
     if ckpt is None:
         raise LengenError(f"{run.path} has no checkpoint yet; train it first")
@@ -137,8 +137,7 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
     out_dir = Path(out_dir) if out_dir else Path(run_dir) / f"eval-{ecfg.protocol}"
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
-    bar = tqdm(total=len(methods) * len(ecfg.lengths), desc=f"lm eval {ecfg.protocol}",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")
     with precision_context(ecfg.precision, device):
         if ecfg.protocol == "passkey":

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from lengen import io
 from lengen.data import consecutive_windows, load_corpus, sample_windows
@@ -25,6 +24,7 @@ from lengen.devices import precision_context, resolve_device, restore_rng_state,
 from lengen.lm.config import LMConfig
 from lengen.lm.model import DecoderLM
 from lengen.lm.tokenizer import ByteTokenizer
+from lengen.progress import progress_bar
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.run_dir import RunDir
@@ -86,6 +86,7 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     # losses since the last metrics row: their sum stays on the device (float64), read back only
     # for a row or a checkpoint
     step, metrics, loss_sum, loss_count = 0, [], torch.zeros((), dtype=torch.float64, device=device), 0
+    seconds = 0.0  # training time of earlier sessions of this run
 
     ckpt = run.load_checkpoint()  # map_location cpu; load_state_dict copies onto the model's device
     if ckpt is not None:
@@ -100,17 +101,22 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
         else:  # older checkpoints: the window's losses as a list
             loss_sum.fill_(float(np.sum(ckpt["window"], dtype=np.float64)))
             loss_count = len(ckpt["window"])
-        metrics = [m for m in run.read_metrics() if m["step"] <= step]
+        # the checkpoint carries the metrics rows up to it (metrics.jsonl is written after it)
+        metrics = ckpt["metrics"] if "metrics" in ckpt else [m for m in run.read_metrics() if m["step"] <= step]
+        run.write_metrics(metrics)  # repairs a file that a kill left behind its checkpoint
+        seconds = ckpt.get("seconds", 0.0)
+
+    def elapsed() -> float:
+        return round(seconds + time.perf_counter() - start, 3)
 
     def checkpoint():
         run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                              "rng": {"numpy": np_rng.bit_generator.state, **rng_state(device)},
-                             "loss_sum": loss_sum.item(), "loss_count": loss_count,
-                             "config": cfg.to_dict()}, metrics)
+                             "loss_sum": loss_sum.item(), "loss_count": loss_count, "seconds": elapsed(),
+                             "metrics": list(metrics), "config": cfg.to_dict()}, metrics)
 
     model.train()
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"lm train {cfg.model.pe}", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(cfg.steps, f"lm train {cfg.model.pe}", disable=not progress, initial=step, unit="step")
     start = time.perf_counter()
     while step < cfg.steps:
         for group in optimizer.param_groups:
@@ -129,7 +135,7 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
         if step % cfg.log_every == 0 or step == cfg.steps:
             row = {"step": step, "loss": loss_sum.item() / loss_count,  # the host sync of a row
                    "lr": lr_at(step - 1, cfg), "tokens": step * cfg.batch_size * cfg.train_length,
-                   "seconds": round(time.perf_counter() - start, 3)}
+                   "seconds": elapsed()}
             metrics.append(row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.2f}")
             loss_sum.zero_()

@@ -111,7 +111,8 @@ def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
         parts += ["<h2>Beside the published Table 1 (Ruoss et al. 2023)</h2>", f"<ul>{claims}</ul>",
                   "<table id=\"comparison\"><thead><tr><th>task</th><th>encoding</th><th>measured</th>"
                   f"<th>published</th><th>difference</th></tr></thead><tbody>{rows}</tbody></table>"]
-    parts += ["<h2>Table 4: mean ± std over seeds at the best learning rate</h2>", html_table(t4[0], "table4", std=t4[1]),
+    parts += ["<h2>Table 4: mean ± std over seeds at the best learning rate</h2>",
+              html_table(t4[0], "table4", std=t4[1]),
               "<h2>Table 2: wall time per run (s, mean ± std)</h2>",
               html_table(t2[0], "table2", std=t2[1], fmt="{:.0f}", bold_max=False, average=False)]
     if fig4:

@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from lengen import io
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
+from lengen.progress import progress_bar
 from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.spec import SweepSpec, expand
 from lengen.sweeps.sweep_dir import SweepDir
@@ -94,8 +94,8 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
     print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(jobs)} to run ({where})")
-    bar = tqdm(total=len(runs), initial=counts["done"], desc=f"sweep {spec.name}", unit="run",
-               disable=not opts.progress, dynamic_ncols=True)
+    bar = progress_bar(len(runs), f"sweep {spec.name}", disable=not opts.progress, initial=counts["done"],
+                       unit="run")
     active = {rid for rid, _ in jobs}
     last_write = [time.monotonic()]
 

@@ -41,13 +41,19 @@ class TrainConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict, where: str | None = None) -> "TrainConfig":
+        """`where` (a run directory) prefixes the error messages."""
+        prefix = f"{where}: " if where else ""
         d = dict(d)
-        model = ModelConfig(**d.pop("model", {}))
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(d) - known
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if "corpus" in unknown:
+            raise LengenError(prefix + "this is a language-model run: use `lengen lm eval` (or `lengen lm train`)")
         if unknown:
-            raise LengenError(f"unknown config keys {sorted(unknown)}")
+            raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}")
+        try:
+            model = ModelConfig(**d.pop("model", {}))
+        except TypeError as e:
+            raise LengenError(f"{prefix}bad model config: {e}") from None
         return cls(model=model, **d)
 
     def validate(self) -> None:

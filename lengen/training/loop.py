@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from lengen import io
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.errors import LengenError
 from lengen.positions import test_sampler
+from lengen.progress import progress_bar
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
 from lengen.training.optim import fused_optimizer_ok
@@ -125,8 +125,8 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
                              "seconds": elapsed(), "metrics": list(metrics), "config": cfg.to_dict()}, metrics)
 
     model.train()
-    bar = tqdm(total=cfg.steps, initial=step, desc=f"train {cfg.task} {cfg.model.pe}/{cfg.positions}",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(cfg.steps, f"train {cfg.task} {cfg.model.pe}/{cfg.positions}", disable=not progress,
+                       initial=step, unit="step")
     start = time.perf_counter()
 
     def elapsed() -> float:
@@ -185,7 +185,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     """Evaluate the checkpoint of `run` at lengths 1..max_length on cfg.device in cfg.precision;
     write accuracy{suffix}.png, then eval{suffix}.json (last: its presence means the evaluation
     finished). Returns the eval record."""
-    cfg = cfg or TrainConfig.from_dict(run.read_config())
+    cfg = cfg or TrainConfig.from_dict(run.read_config(), where=str(run.path))
     device = resolve_device(cfg.device)
     max_length = max_length or cfg.max_length
     if parts is None or test_mode is not None or max_length != cfg.max_length:
@@ -202,8 +202,8 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     sampler = test_sampler(parts.test_mode, cfg.model.max_position)
     samples = eval_samples or cfg.eval_samples
     lengths = range(1, max_length + 1)
-    bar = tqdm(total=len(lengths), desc=f"eval ({parts.test_mode} positions)", disable=not progress,
-               dynamic_ncols=True)
+    bar = progress_bar(len(lengths), f"eval ({parts.test_mode} positions)", disable=not progress,
+                       unit="length")
     start = time.perf_counter()
     with precision_context(cfg.precision, device):
         acc = evaluate_lengths(parts.model, parts.task, lengths, sampler, samples, cfg.eval_seed,
