@@ -129,7 +129,8 @@ def test_bad_model_path_exits_2_with_one_clear_message(model_dir, tmp_path, caps
     (tmp_path / "empty").mkdir()
     assert main(["hf", "eval", str(tmp_path / "empty"), "--lengths", "64", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("lengen: error: cannot load a model from") and len(err.splitlines()) == 1
+    assert "is not a Hugging Face model folder (no config.json)" in err and len(err.splitlines()) == 1
+    assert err.rstrip().endswith("--gguf-file")  # the whole reason, not cut mid-sentence
     assert main(["hf", "eval", str(model_dir / "model"), "--lengths", "64", "--methods", "yarn:nope=1",
                  "--no-progress"]) == 2
     assert "unknown option" in capsys.readouterr().err
