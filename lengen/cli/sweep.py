@@ -91,6 +91,12 @@ def with_precision(spec, precision: str):
 def run(args) -> int:
     from lengen.sweeps import SweepOptions, expand, load_spec, run_sweep
 
+    from lengen.errors import LengenError
+
+    for flag in ("workers", "threads", "runs_per_gpu"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise LengenError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     spec = load_spec(args.spec)
     if args.precision is not None:
         spec = with_precision(spec, args.precision)
