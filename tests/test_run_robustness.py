@@ -139,3 +139,22 @@ def test_one_cache_variable_for_corpus_and_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "c"))
     assert cache_dir() == tmp_path / "c"
     assert build_dir().parent == tmp_path / "c" / "kernels"
+
+
+def test_the_other_kind_of_run_is_named(run, tmp_path, capsys):
+    from lengen.lm.config import LMConfig
+
+    lm_run = tmp_path / "lm"
+    io.write_json(lm_run / "config.json", LMConfig().to_dict())
+    capsys.readouterr()
+    assert main(["eval", str(lm_run), "--no-progress"]) == 2
+    assert "this is a language-model run: use `lengen lm eval`" in one_error_line(capsys)
+    assert main(["lm", "eval", str(run), "--no-progress"]) == 2
+    assert "this is a CHE run: use `lengen eval`" in one_error_line(capsys)
+
+
+def test_tasks_explains_its_symbols(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "| is the terminator token" in out and "† permutation-invariant" in out
+    assert "bucket_sort †" in out and "reverse_string †" not in out
