@@ -12,3 +12,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """torch sees no GPU, on any machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

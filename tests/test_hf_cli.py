@@ -13,35 +13,12 @@ tokenizers = pytest.importorskip("tokenizers")
 from lengen.cli import main  # noqa: E402
 from lengen.cli.options import parse_lengths  # noqa: E402
 
-TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n\n"
-        "# The grass is green. The sky is blue. Here we go.\n") * 20
-
-
-def char_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    chars = [chr(i) for i in range(32, 127)] + ["\n"]
-    vocab = {"<unk>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+from tiny_llama import TEXT, char_tokenizer, save_tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, vocab_size=100, max_position_embeddings=64, eos_token_id=1)
-    transformers.LlamaForCausalLM(config).save_pretrained(root / "model")
-    char_tokenizer().save_pretrained(root / "model")
-    for i in range(3):
-        (root / "corpus").mkdir(exist_ok=True)
-        (root / "corpus" / f"part{i}.txt").write_text(TEXT)
-    return root
+    return save_tiny_llama(tmp_path_factory.mktemp("hf"))
 
 
 @pytest.fixture(autouse=True)

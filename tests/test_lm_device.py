@@ -28,10 +28,6 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
 
 
-@pytest.fixture
-def no_gpu(monkeypatch):
-    """torch sees no GPU, on any machine."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
 def train(out, *extra, steps=6):

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lengen.inspect.hooks import forward_with_hooks
+
 
 @torch.no_grad()
 def block_outputs(model, inputs: torch.Tensor, output_length: int,
@@ -19,15 +21,7 @@ def block_outputs(model, inputs: torch.Tensor, output_length: int,
     def hook(module, args, output):
         outputs.append(output.detach().float().cpu())
 
-    was_training = model.training
-    model.eval()
-    handles = [b.register_forward_hook(hook) for b in getattr(model, "encoder", model).blocks]
-    try:
-        model(inputs, output_length, positions)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    forward_with_hooks(model, getattr(model, "encoder", model).blocks, hook, inputs, output_length, positions)
     return outputs
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lengen.inspect.hooks import forward_with_hooks
 from lengen.models.attention import SelfAttention
 
 
@@ -31,15 +32,7 @@ def attention_maps(model, inputs: torch.Tensor, output_length: int,
         q, k, _ = module.project(x)
         maps.append(module.attention_probs(q, k, ctx).cpu())
 
-    was_training = model.training
-    model.eval()
-    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in attention_modules(model)]
-    try:
-        model(inputs, output_length, positions)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    forward_with_hooks(model, attention_modules(model), hook, inputs, output_length, positions, with_kwargs=True)
     return maps
 
 

@@ -1,0 +1,34 @@
+"""A tiny random Llama with a character tokenizer, saved to disk, for the `lengen hf` tests."""
+
+import torch
+
+TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n\n"
+        "# The grass is green. The sky is blue. Here we go.\n") * 20
+
+
+def char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(i) for i in range(32, 127)] + ["\n"]
+    vocab = {"<unk>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+
+
+def save_tiny_llama(root):
+    """root/model (a 2-layer random Llama, 64 positions, and its tokenizer) and root/corpus."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=100, max_position_embeddings=64, eos_token_id=1)
+    transformers.LlamaForCausalLM(config).save_pretrained(root / "model")
+    char_tokenizer().save_pretrained(root / "model")
+    (root / "corpus").mkdir(exist_ok=True)
+    for i in range(3):
+        (root / "corpus" / f"part{i}.txt").write_text(TEXT)
+    return root
