@@ -1,8 +1,9 @@
 """Training speed on an idle and on a shared CPU: `lengen train` (the seed paper's model, bucket_sort,
-batch 128, U{1..20}) with lengen's defaults, with OpenMP's spin-waiting forced on
-(OMP_WAIT_POLICY=ACTIVE, torch's own default before lengen set it), and with --threads 1, each
-alone and beside a competing CPU-bound process started by this script. All rows come from one
-invocation. The time is the run's own training clock (eval.json's train_seconds).
+batch 128, U{1..20}) with lengen's default (OpenMP waits passively when other processes are busy
+at start, lengen/_openmp.py), with OpenMP always spinning first (GOMP_SPINCOUNT=300000: torch's
+own default), always passive (OMP_WAIT_POLICY=PASSIVE), and with --threads 1; each alone and
+beside a competing CPU-bound process started by this script. All rows come from one invocation.
+The time is the run's own training clock (eval.json's train_seconds).
 
     python benchmarks/shared_cpu.py                 # 40 steps per row
     python benchmarks/shared_cpu.py --steps 100
@@ -38,15 +39,17 @@ def main() -> None:
     args = ap.parse_args()
     from lengen.cli.options import format_table
 
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS",
+                                                              "GOMP_SPINCOUNT")}
     settings = [("lengen default", base, []),
-                ("OMP_WAIT_POLICY=ACTIVE", {**base, "OMP_WAIT_POLICY": "ACTIVE"}, []),
+                ("always spin (torch default)", {**base, "GOMP_SPINCOUNT": "300000"}, []),
+                ("always passive", {**base, "OMP_WAIT_POLICY": "PASSIVE"}, []),
                 ("--threads 1", base, ["--threads", "1"])]
     rows = []
     for machine in ("idle", "one competing process"):
         hog = subprocess.Popen(HOG) if machine != "idle" else None
         try:
-            time.sleep(0.5 if hog else 0)
+            time.sleep(1.0 if hog else 0)
             for label, env, extra in settings:
                 s = train_seconds(args.steps, env, extra)
                 rows.append([machine, label, f"{s:.2f}", f"{args.steps / s:.2f}"])
