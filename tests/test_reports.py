@@ -171,3 +171,16 @@ def test_report_refuses_a_folder_that_is_not_a_sweep(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a lengen sweep directory" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_fig3_appears_only_when_the_sweep_varies_max_position(tmp_path):
+    from lengen.reports.figures import score_vs_max_position
+
+    runs = hand_runs()
+    assert score_vs_max_position(runs, tmp_path) is None
+    varied = runs.assign(max_position=np.where(runs["seed"] == 0, 1024, 4096))
+    varied = agg.add_variants(varied.drop(columns=["variant", "variant_order"]))
+    assert "r_rope, max_position=1024" in set(varied["variant"])  # a column of its own in Table 1
+    name = score_vs_max_position(varied, tmp_path)
+    assert name == "fig3_max_position.png" and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fig3_max_position.svg").exists()
