@@ -155,7 +155,9 @@ def test_relative_position_maps_reference():
 
 def test_sinks_map_matches_a_start_recent_cache():
     """StreamingLLM S=4, R=2000 once full: the query sits at cache position S+R-1, so the largest
-    distance is S+R-1 and recent keys keep their true distance."""
+    distance is S+R-1 and recent keys keep their true distance. S+R-1 (not the reference note's
+    S+R) because StreamingLLM's generation loop evicts before appending the new token: the S+R
+    cached entries include the query itself (lengen/extrapolation/lambda_mask.py)."""
     m = build_method("sinks:n_global=4,window=2000", ROPE)
     r = m.relative_positions(torch.tensor([[9000]]), torch.tensor([[0, 3, 4, 7000, 7001, 9000]]))[0, 0]
     assert r[:2].tolist() == [2003, 2000] and r[2:4].isnan().all() and r[4:].tolist() == [1999, 0]

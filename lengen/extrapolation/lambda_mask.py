@@ -10,6 +10,13 @@ it, only the first n_global positions (p_j < n_global) are seen, all other keys 
       beyond the window is at distance min(i, R + S - 1) - j. Defaults n_global = 4,
       window = L0 - 4, so no distance exceeds L0 - 1.
 
+      S + R - 1, not S + R: StreamingLLM's code has both. Its generation loop
+      (`evict_for_space`) makes room *before* the new token is appended, so the cache of S + R
+      entries includes the query, which sits at cache position S + R - 1; its `__call__` evicts
+      after, and the next query would sit at S + R. We follow the generation loop, the one its
+      perplexity and streaming results come from; ../shared/reference/training_free.md §10
+      states the other (S + R).
+
 Memory stays that of the full cache here (no eviction); the attention is what matters for eval.
 """
 

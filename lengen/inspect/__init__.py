@@ -42,13 +42,13 @@ class Inspection:
     def sample(self, length: int, batch: int, seed: int):
         """(inputs [batch, length'], output_length, positions [1|batch, T]) on the model's device:
         task inputs and test-mode positions drawn from independent streams per (seed, length)."""
-        from lengen.positions import test_sampler
+        from lengen.positions import evaluation_sampler
         from lengen.training.evaluation import length_generator
 
         task = self.parts.task
         rng, gen = length_generator(seed, length)
         inputs = task.sample(batch, length, rng).inputs
-        pos = test_sampler(self.parts.test_mode, self.cfg.model.max_position)(total_length(task, length), gen)
+        pos = evaluation_sampler(self.parts.test_mode, self.cfg.model.max_position)(total_length(task, length), gen)
         return inputs.to(self.device), task.output_length(length), pos.to(self.device)
 
 

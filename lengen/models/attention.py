@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen import kernels
+from lengen.kernels.small_attention import causal_additive_mask
 from lengen.models.config import ModelConfig
 from lengen.models.logit_scaling import logit_scale_factor
 
@@ -28,13 +29,6 @@ class AttentionContext:
     pos_q: torch.Tensor            # [B|1, Tq]
     pos_k: torch.Tensor            # [B|1, Tk]
     causal: bool
-
-
-def causal_additive_mask(tq: int, tk: int, device) -> torch.Tensor:
-    """0 where key j <= query i (queries are the last tq of tk positions), -inf elsewhere."""
-    i = torch.arange(tk - tq, tk, device=device)[:, None]
-    j = torch.arange(tk, device=device)[None, :]
-    return torch.zeros(tq, tk, device=device).masked_fill(j > i, float("-inf"))
 
 
 def _head_views(qkv: torch.Tensor, heads: int):
@@ -114,7 +108,7 @@ class SelfAttention(nn.Module):
         if bias is not None:
             logits = logits + bias.float()
         if ctx.causal:
-            logits = logits + causal_additive_mask(logits.shape[-2], logits.shape[-1], logits.device)
+            logits = logits + causal_additive_mask(logits.shape[-2], logits.shape[-1], logits.device, logits.dtype)
         return torch.softmax(logits, dim=-1)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:

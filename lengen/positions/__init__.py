@@ -22,7 +22,7 @@ def build_sampler(name: str, max_position: int = 2048, **options) -> PositionSam
     return SAMPLERS.get(name)(max_position=max_position, **options)
 
 
-def test_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
+def evaluation_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
     """The sampler for a test-time position mode: random, uniform or standard."""
     from lengen.errors import LengenError
 
@@ -31,4 +31,4 @@ def test_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
     return build_sampler(TEST_MODES[mode], max_position=max_position)
 
 
-__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "test_sampler"]
+__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "evaluation_sampler"]

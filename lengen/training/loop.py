@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from lengen import io
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.errors import LengenError
-from lengen.positions import test_sampler
+from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
@@ -199,7 +199,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
                 raise LengenError(f"{run.path} has no checkpoint yet; train it first")
             parts.model.load_state_dict(ckpt["model"])
     parts.model.to(device)
-    sampler = test_sampler(parts.test_mode, cfg.model.max_position)
+    sampler = evaluation_sampler(parts.test_mode, cfg.model.max_position)
     samples = eval_samples or cfg.eval_samples
     lengths = range(1, max_length + 1)
     bar = progress_bar(len(lengths), f"eval ({parts.test_mode} positions)", disable=not progress,

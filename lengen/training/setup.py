@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from lengen.errors import LengenError
 from lengen.models import CHEModel
-from lengen.positions import PositionSampler, build_sampler, test_sampler
+from lengen.positions import PositionSampler, build_sampler, evaluation_sampler
 from lengen.tasks import Task, get_task
 from lengen.training.config import TrainConfig
 
@@ -62,7 +62,7 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
     pe = model.encoder.pe
     check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
     mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
-    evaluator = test_sampler(mode, cfg.model.max_position)
+    evaluator = evaluation_sampler(mode, cfg.model.max_position)
     longest = total_length(task, max_length or cfg.max_length)
     check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions")
     return RunParts(task=task, model=model, train_sampler=sampler, test_mode=mode)
