@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ast
 
 from lengen.errors import LengenError
-
-
-def parse_value(text: str):
-    """'4' -> 4, '0.5' -> 0.5, 'true' -> True, 'beta' -> 'beta'."""
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
 
 
 def parse_key_values(items: list[str] | None, flag: str) -> dict:
@@ -47,16 +34,6 @@ def parse_lengths(text: str) -> list[int]:
     if not out:
         raise argparse.ArgumentTypeError(f"no length in {text!r}")
     return out
-
-
-def format_table(headers: list[str], rows: list[list], floatfmt: str = "{:.3f}") -> str:
-    """A GitHub-markdown table, the shape papers' tables are copied into."""
-    cells = [[floatfmt.format(c) if isinstance(c, float) else ("-" if c is None else str(c)) for c in r]
-             for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(headers), sep, *(line(r) for r in cells)])
 
 
 def set_threads(n: int | None) -> None:

@@ -13,21 +13,8 @@ from __future__ import annotations
 import re
 
 from lengen.errors import LengenError
+from lengen.formats import parse_value
 from lengen.extrapolation.base import ExtrapolationMethod
-
-
-def parse_value(text: str):
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low == "none":
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text.strip()
 
 
 def split_methods(text: str) -> list[str]:
