@@ -10,16 +10,13 @@ Two paths, chosen per forward pass:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from lengen.extrapolation.cache import RawKVCache
 from lengen.models.attention import AttentionContext, SelfAttention
-from lengen.models.logit_scaling import logit_scale_factor
 
 
 class RopeRuntime:
@@ -50,16 +47,7 @@ class DecoderAttention(SelfAttention):
         return self.out(out.transpose(1, 2).reshape(B, T, D))
 
     def attend_rope(self, q, k, v, ctx: AttentionContext, rope: RopeRuntime) -> torch.Tensor:
-        cfg = self.cfg
-        scale = 1.0 / math.sqrt(cfg.head_dim)
-        if cfg.key_norm:  # same variant as SelfAttention.attend
-            k = F.normalize(k, dim=-1)
-            scale = 1.0
-        factor = logit_scale_factor(cfg, ctx.pos_q, k.shape[-2])  # the model's trained scaling
-        if isinstance(factor, torch.Tensor):
-            q = q * factor.to(q.dtype)
-        elif factor is not None:
-            scale *= factor
+        q, k, scale = self.scaled_qk(q, k, ctx.pos_q)  # the model's trained key norm and logit scaling
         # The method rotates (or remaps) q and k itself, applies its log-n query scale and is causal
         # by position: the cached keys are un-rotated, so every step sees exactly the same logits
         # as a full forward pass over the same tokens.

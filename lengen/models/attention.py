@@ -72,23 +72,31 @@ class SelfAttention(nn.Module):
     def project(self, x: torch.Tensor):
         return split_heads(self.qkv(x), self.cfg.num_heads)  # each [B, H, T, hd]
 
-    def _logit_inputs(self, q, k, ctx: AttentionContext):
-        """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
-        causal mask. The one place the encoding's q/k transform, key norm, logit scaling and
-        additive bias are applied; `attend` and `attention_probs` both go through it."""
-        cfg, pe = self.cfg, self.pe[0]
+    def scaled_qk(self, q, k, pos_q, transform=None):
+        """(q, k, scale) with the model's attention variants applied: key norm (unit keys and no
+        1/sqrt(d), Su 2023), then `transform(q, k)` (an encoding's q/k hook), then logit scaling
+        (a factor on the scale, or per query on q). The one implementation, shared by `attend`,
+        `attention_probs` and the decoder's RoPE-method path (lengen.lm.attention)."""
+        cfg = self.cfg
         scale = 1.0 / math.sqrt(cfg.head_dim)
         if cfg.key_norm:
-            # KeyNorm (Su 2023): q.k/||k||, i.e. unit keys and no 1/sqrt(d).
             k = F.normalize(k, dim=-1)
             scale = 1.0
-        q, k = pe.transform_qk(self.layer, ctx.pe_state, q, k)
-        factor = logit_scale_factor(cfg, ctx.pos_q, k.shape[-2])
+        if transform is not None:
+            q, k = transform(q, k)
+        factor = logit_scale_factor(cfg, pos_q, k.shape[-2])
         if factor is not None:
             if isinstance(factor, torch.Tensor):
                 q = q * factor.to(q.dtype)  # per-query factor, [B|1, 1, Tq, 1]
             else:
                 scale *= factor
+        return q, k, scale
+
+    def _logit_inputs(self, q, k, ctx: AttentionContext):
+        """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
+        causal mask; `attend` and `attention_probs` both go through it."""
+        pe = self.pe[0]
+        q, k, scale = self.scaled_qk(q, k, ctx.pos_q, lambda q, k: pe.transform_qk(self.layer, ctx.pe_state, q, k))
         bias = pe.bias(self.layer, ctx.pe_state)
         if bias is not None:
             bias = bias.to(q.dtype)
