@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -181,3 +182,135 @@ def test_short_documents_are_joined_by_eos(tmp_path, monkeypatch):
     assert load_documents(str(tmp_path / "*.txt"), enc).from_cache
     seqs = long_sequences(docs.docs, 8, 2, docs.eos)
     assert [s.tolist() for s in seqs] == [[ord("x")] * 8, [97, 98, 99, 0, 100, 101, 102, 103]]
+
+
+# -- passkey through the CLI with a stand-in for the model's greedy decoder ----------------------
+
+CHARS = [chr(i) for i in range(32, 127)] + ["\n"]   # the tiny model's ids: 2 + index here
+
+
+def text_of(ids):
+    return "".join(CHARS[i - 2] for i in ids if i >= 2)
+
+
+def ids_of(text):
+    return [CHARS.index(c) + 2 for c in text]
+
+
+NEEDLE = re.compile(r"The pass key is (\d+)\. Remember it\. \1 is the pass key\.")
+
+
+def oracle(ids, n):
+    """Reads the key out of the prompt (its own id table and pattern) and answers it."""
+    (key,) = NEEDLE.findall(text_of(ids))
+    return ids_of(f" {key}. The grass")[:n]
+
+
+def constant(ids, n):
+    return ids_of(" 0. The grass")[:n]   # keys are 1..50000: never right
+
+
+@pytest.mark.parametrize("answer,accuracy", [(oracle, 1.0), (constant, 0.0)])
+def test_passkey_eval_scores_an_oracle_one_and_a_constant_zero(model_dir, tmp_path, monkeypatch, answer, accuracy):
+    import lengen.hf.evaluate as evaluate_mod
+
+    prompts = []
+
+    def greedy_fn(model, pad_token_id):   # what hf eval builds from the model, per prompt
+        def generate(ids, n):
+            prompts.append(list(ids))
+            return answer(ids, n)
+        return generate
+
+    monkeypatch.setattr(evaluate_mod, "greedy_fn", greedy_fn)
+    out = tmp_path / "pk"
+    assert main(["hf", "eval", str(model_dir / "model"), "--protocol", "passkey", "--trials", "3",
+                 "--methods", "rope", "yarn:factor=2", "--lengths", "320", "400", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert len(prompts) == 2 * 2 * 3   # methods x lengths x trials
+    rows = read_csv(out / "results.csv")
+    assert [(r["method"], int(r["length"]), float(r["accuracy"])) for r in rows] == [
+        (m, n, accuracy) for m in ("rope", "yarn:factor=2") for n in (320, 400)]
+    result = json.loads((out / "results.json").read_text())
+    assert [r["accuracy"] for r in result["rows"]] == [accuracy] * 4
+    keys = [int(NEEDLE.search(text_of(p)).group(1)) for p in prompts]
+    answers = [a for r in result["rows"] for a in r["answers"]]   # rows by method, prompts by length
+    assert sorted(a["key"] for a in answers) == sorted(keys)
+    assert all(a["answer"] == (a["key"] if answer is oracle else 0) for a in answers)
+
+
+# -- options a protocol does not use: the same rule as `lengen lm eval` ----------------------------
+
+class ModelLoaded(Exception):
+    pass
+
+
+def no_model(*args, **kwargs):
+    raise ModelLoaded("the model was loaded before the options were checked")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--segment", "8"], "--segment applies to --protocol last-segment only, not ppl"),
+    (["--protocol", "passkey", "--segment", "8"], "--segment applies to --protocol last-segment only, not passkey"),
+    (["--protocol", "passkey", "--corpus", "x"],
+     "--corpus applies to --protocol ppl and last-segment only, not passkey"),
+    (["--protocol", "passkey", "--docs", "2"], "--docs applies to --protocol ppl and last-segment only, not passkey"),
+    (["--trials", "3"], "--trials applies to --protocol passkey only, not ppl"),
+    (["--protocol", "last-segment", "--seed", "1"], "--seed applies to --protocol passkey only, not last-segment"),
+    (["--protocol", "last-segment", "--segment", "0"], "--segment must be >= 1, got 0"),
+    (["--docs", "0"], "--docs must be >= 1, got 0"),
+    (["--protocol", "passkey", "--trials", "-2"], "--trials must be >= 1, got -2"),
+    (["--protocol", "passkey", "--seed", "-1"], "--seed must be >= 0, got -1"),
+])
+def test_eval_refuses_options_the_protocol_ignores_before_loading_the_model(model_dir, tmp_path, capsys,
+                                                                            monkeypatch, args, message):
+    import lengen.hf.evaluate as evaluate_mod
+
+    monkeypatch.setattr(evaluate_mod, "load", no_model)
+    assert main(["hf", "eval", str(model_dir / "model"), "--lengths", "64", *args, "--out", str(tmp_path),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"lengen: error: {message}\n"
+    assert not list(tmp_path.iterdir())
+
+
+FLAGS = {"--segment": "8", "--docs": "2", "--trials": "3", "--seed": "1"}   # in both commands
+USES = {"--segment": {"last-segment"}, "--docs": {"ppl", "last-segment"}, "--trials": {"passkey"},
+        "--seed": {"passkey"}}
+
+
+@pytest.mark.parametrize("protocol", ["ppl", "last-segment", "passkey"])
+@pytest.mark.parametrize("flag", FLAGS)
+def test_lm_eval_and_hf_eval_apply_the_same_rule(model_dir, tmp_path, capsys, monkeypatch, protocol, flag):
+    """Every option both commands have, with every protocol: refused by both with the same message,
+    or taken by both as far as loading the model."""
+    import lengen.hf.evaluate as hf_evaluate
+    import lengen.lm.evaluate as lm_evaluate
+
+    monkeypatch.setattr(hf_evaluate, "load", no_model)
+    monkeypatch.setattr(lm_evaluate, "load_run", no_model)
+    option = [flag, FLAGS[flag], "--protocol", protocol, "--lengths", "64", "--no-progress"]
+    commands = {"lm": ["lm", "eval", str(tmp_path / "run"), *option],
+                "hf": ["hf", "eval", str(model_dir / "model"), *option, "--out", str(tmp_path / "out")]}
+    errors = {}
+    for name, argv in commands.items():
+        if protocol in USES[flag]:
+            with pytest.raises(ModelLoaded):
+                main(argv)
+        else:
+            assert main(argv) == 2
+            errors[name] = capsys.readouterr().err
+    if protocol not in USES[flag]:
+        assert errors["lm"] == errors["hf"] and errors["lm"].startswith(f"lengen: error: {flag} applies to")
+
+
+@pytest.mark.parametrize("command", ["lm", "hf"])
+def test_help_says_which_protocols_use_each_option(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    only = {"--segment": "last-segment only", "--docs": "ppl and last-segment only",
+            "--trials": "passkey only", "--seed": "passkey only",
+            **({"--batch-size": "ppl and last-segment only"} if command == "lm" else
+               {"--corpus": "ppl and last-segment only"})}
+    for flag, says in only.items():
+        assert re.search(re.escape(flag) + r" [A-Z_]+ " + re.escape(says), text), flag

@@ -1,14 +1,17 @@
 """`lengen lm train` / `lengen lm eval` end to end on a tiny model and a small corpus."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
 import torch
 
+import lengen.lm.evaluate as evaluate_mod
 import lengen.lm.train as train_mod
 from lengen.cli import main
 from lengen.data import stdlib_root
+from lengen.lm.model import DecoderLM
 
 CORPUS = str(stdlib_root() / "json")  # a few small stdlib modules: offline and fast
 TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", "2", "--d-model", "16",
@@ -122,3 +125,102 @@ def test_lengths_a_model_cannot_take_become_noted_nan_rows(tmp_path):
     df = pd.read_csv(tmp_path / "ev" / "results.csv")
     assert df["ppl"].notna().tolist() == [True, False] and "max_position" in df["note"][1]
     assert json.loads((tmp_path / "ev" / "results.json").read_text())["rows"][1]["ppl"] is None
+
+
+# -- passkey through the CLI with a stand-in for the model's greedy decoder ----------------------
+
+NEEDLE = re.compile(r"The pass key is (\d+)\. Remember it\. \1 is the pass key\.")
+
+
+def oracle(ids, n):
+    """Reads the key out of the prompt (raw bytes, a pattern of its own) and answers it."""
+    (key,) = NEEDLE.findall(bytes(ids).decode())
+    return list(f" {key}. The grass".encode())[:n]
+
+
+def constant(ids, n):
+    return list(b" 0. The grass")[:n]   # keys are 1..50000: never right
+
+
+@pytest.mark.parametrize("answer,accuracy", [(oracle, 1.0), (constant, 0.0)])
+def test_passkey_eval_scores_an_oracle_one_and_a_constant_zero(tmp_path, monkeypatch, answer, accuracy):
+    run = tmp_path / "run"
+    assert train(run) == 0
+    prompts = []
+
+    def generate_fn(self, method=None):   # what lm eval asks the model for, once per method
+        def generate(ids, n):
+            prompts.append(list(ids))
+            return answer(ids, n)
+        return generate
+
+    monkeypatch.setattr(DecoderLM, "generate_fn", generate_fn)
+    out = tmp_path / "pk"
+    assert main(["lm", "eval", str(run), "--protocol", "passkey", "--lengths", "300,500", "--trials", "3",
+                 "--methods", "rope,yarn:factor=2", "--out", str(out), "--no-progress"]) == 0
+    assert len(prompts) == 2 * 2 * 3   # methods x lengths x trials
+    df = pd.read_csv(out / "results.csv")
+    assert list(zip(df["method"], df["length"])) == [("rope", 300), ("rope", 500), ("yarn:factor=2", 300),
+                                                     ("yarn:factor=2", 500)]
+    assert df["accuracy"].tolist() == [accuracy] * 4 and df["trials"].tolist() == [3] * 4
+    result = json.loads((out / "results.json").read_text())
+    assert [r["accuracy"] for r in result["rows"]] == [accuracy] * 4
+    keys = [int(NEEDLE.search(bytes(p).decode()).group(1)) for p in prompts]
+    assert [r["key"] for r in result["trial_records"]] == keys
+    assert all(r["answer"] == (r["key"] if answer is oracle else 0) for r in result["trial_records"])
+
+
+# -- options a protocol does not use ----------------------------------------------------------------
+
+class ModelLoaded(Exception):
+    pass
+
+
+def no_model(*args, **kwargs):
+    raise ModelLoaded("the model was loaded before the options were checked")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--segment", "8"], "--segment applies to --protocol last-segment only, not ppl"),
+    (["--protocol", "passkey", "--segment", "8"], "--segment applies to --protocol last-segment only, not passkey"),
+    (["--protocol", "passkey", "--batch-size", "2"],
+     "--batch-size applies to --protocol ppl and last-segment only, not passkey"),
+    (["--protocol", "passkey", "--docs", "2"], "--docs applies to --protocol ppl and last-segment only, not passkey"),
+    (["--trials", "3"], "--trials applies to --protocol passkey only, not ppl"),
+    (["--protocol", "last-segment", "--seed", "1"], "--seed applies to --protocol passkey only, not last-segment"),
+    (["--protocol", "last-segment", "--segment", "0"], "--segment must be >= 1, got 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--docs", "-1"], "--docs must be >= 1, got -1"),
+    (["--protocol", "passkey", "--trials", "0"], "--trials must be >= 1, got 0"),
+    (["--protocol", "passkey", "--seed", "-1"], "--seed must be >= 0, got -1"),
+])
+def test_eval_refuses_options_the_protocol_ignores_before_loading_the_model(tmp_path, capsys, monkeypatch,
+                                                                            args, message):
+    monkeypatch.setattr(evaluate_mod, "load_run", no_model)
+    assert main(["lm", "eval", str(tmp_path / "run"), *args, "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"lengen: error: {message}\n"
+
+
+@pytest.mark.parametrize("args,given", [
+    ([], {"docs": 16, "batch_size": 1, "segment": None, "trials": 20, "seed": 0}),   # the defaults
+    (["--docs", "3", "--batch-size", "2"], {"docs": 3, "batch_size": 2}),
+    (["--protocol", "last-segment", "--segment", "8", "--docs", "3", "--batch-size", "2"],
+     {"segment": 8, "docs": 3, "batch_size": 2}),
+    (["--protocol", "passkey", "--trials", "3", "--seed", "7"], {"trials": 3, "seed": 7, "docs": 16}),
+])
+def test_eval_passes_the_options_a_protocol_uses_on(tmp_path, monkeypatch, args, given):
+    seen = {}
+
+    def evaluate_lm(run_dir, ecfg, *a, **k):
+        seen.update(vars(ecfg))
+        raise ModelLoaded
+
+    with monkeypatch.context() as m:
+        m.setattr(evaluate_mod, "evaluate_lm", evaluate_lm)
+        with pytest.raises(ModelLoaded):
+            main(["lm", "eval", str(tmp_path / "run"), *args, "--no-progress"])
+    assert {k: seen[k] for k in given} == given
+    # and the real evaluate_lm gets as far as loading the model with them
+    monkeypatch.setattr(evaluate_mod, "load_run", no_model)
+    with pytest.raises(ModelLoaded):
+        main(["lm", "eval", str(tmp_path / "run"), *args, "--no-progress"])

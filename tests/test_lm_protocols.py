@@ -147,6 +147,45 @@ def test_passkey_accuracy_of_a_copying_model_is_one_and_of_a_guesser_zero():
     assert wrong[0].accuracy == 0.0 and wrong[0].correct == 0
 
 
+# the needle, read with a pattern of its own: the key twice, as the prompt format says
+NEEDLE = re.compile(r"The pass key is (\d+)\. Remember it\. \1 is the pass key\.")
+
+
+def test_passkey_accuracy_is_the_share_of_exactly_right_keys():
+    """Oracles that read the key out of the decoded prompt: right every time (1.0), off by one
+    (0.0: a number is not enough, it must be the key), right on every other prompt (0.5); and a
+    constant answer (0.0). Keys are 1..50000, so the constant 0 is never right by luck."""
+    seen = []
+
+    def key_in(ids):
+        keys = NEEDLE.findall(bytes(ids).decode())   # raw bytes, not the protocol's tokenizer
+        assert len(keys) == 1
+        seen.append(int(keys[0]))
+        return int(keys[0])
+
+    def oracle(right):
+        """The key when right(i) for the i-th prompt, else the key + 1."""
+        calls = []
+
+        def generate(ids, n):
+            calls.append(1)
+            key = key_in(ids) + (0 if right(len(calls) - 1) else 1)
+            return list(f" {key}. The grass".encode())[:n]
+        return generate
+
+    lengths = [300, 450, 900]
+    always = passkey_accuracy(oracle(lambda i: True), tok.encode, tok.decode, lengths, trials=6, seed=5)
+    assert [(p.length, p.accuracy, p.correct, p.trials) for p in always] == [(L, 1.0, 6, 6) for L in lengths]
+    assert len(set(seen)) > 10   # the keys really differ from prompt to prompt
+    off = passkey_accuracy(oracle(lambda i: False), tok.encode, tok.decode, lengths, trials=6, seed=5)
+    assert [p.accuracy for p in off] == [0.0, 0.0, 0.0]
+    half = passkey_accuracy(oracle(lambda i: i % 2 == 0), tok.encode, tok.decode, [300], trials=6, seed=5)
+    assert half[0].accuracy == 0.5 and half[0].correct == 3
+    constant = passkey_accuracy(lambda ids, n: list(b" 0. The")[:n], tok.encode, tok.decode, lengths,
+                                trials=6, seed=5)
+    assert [p.accuracy for p in constant] == [0.0, 0.0, 0.0]
+
+
 def test_greedy_generate_fn_feeds_back_its_own_tokens():
     gen = greedy_generate_fn(successor_logits)
     assert gen([10, 11], 4) == [12, 13, 14, 15]

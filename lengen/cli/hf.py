@@ -14,10 +14,12 @@ EPILOG = """protocols:
                 window) scoring all L next tokens
   last-segment  the final L tokens of each sequence as context, only the final --segment targets
                 scored: every length is compared on the same targets (ReRoPE's protocol)
-  passkey       a 5-digit key hidden in filler text of about L tokens, greedy answer; accuracy
+  passkey       a key (1..50000) hidden in filler text of about L tokens, greedy answer; accuracy
                 over --trials prompts (landmark-attention / YaRN format, fixed --seed)
 sequences: --docs sequences of max(--lengths) + 1 tokens from --corpus (lengen.data: documents
 tokenized with the model's tokenizer; long ones cut, short ones joined by EOS)
+an option the protocol does not use is refused: --corpus and --docs are for ppl and last-segment,
+--segment for last-segment, --trials and --seed for passkey (the same rule as `lengen lm eval`)
 
 methods: "rope" is the model as trained; any lengen spec, options after ":", parts joined by "+":
   pi:factor=4  ntk:factor=4  dynamic:factor=4  yarn:factor=4  llama3:factor=4
@@ -51,7 +53,17 @@ nothing is downloaded.
 """
 
 
+def _only(option: str) -> str:
+    """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
+    from lengen.protocols.options import used_by
+
+    return f"{used_by(option)} only"
+
+
 def add_parser(sub) -> None:
+    from lengen.hf.evaluate import EvalSettings
+
+    d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
                        "(Llama, Mistral, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
@@ -69,13 +81,15 @@ def add_parser(sub) -> None:
     e.add_argument("--lengths", nargs="+", type=parse_lengths, required=True, metavar="L",
                    help="context lengths in tokens (4096 or 4k), space- or comma-separated")
     e.add_argument("--protocol", choices=["ppl", "last-segment", "passkey"], default="ppl")
-    e.add_argument("--corpus", metavar="PATH_OR_GLOB", help="local text files: a file, a folder or "
-                   "a glob (default: this Python's standard-library sources)")
-    e.add_argument("--docs", type=int, default=2, help="documents per length (default 2)")
-    e.add_argument("--segment", type=int, metavar="K",
-                   help="last-segment: tokens scored (default: shortest length / 2)")
-    e.add_argument("--trials", type=int, default=10, help="passkey prompts per length (default 10)")
-    e.add_argument("--seed", type=int, default=0, help="passkey seed (default 0)")
+    e.add_argument("--corpus", metavar="PATH_OR_GLOB", help=f"{_only('corpus')}: local text files, a "
+                   "file, a folder or a glob (default: this Python's standard-library sources)")
+    e.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: corpus sequences "
+                   f"(default {d.docs})")
+    e.add_argument("--segment", type=int, metavar="K", help=f"{_only('segment')}: tokens scored at the "
+                   "end of each sequence (default: shortest length / 2)")
+    e.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
+                   f"(default {d.trials})")
+    e.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed (default {d.seed})")
     e.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
     e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
@@ -98,13 +112,17 @@ def run_eval(args) -> int:
 
     from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
     from lengen.extrapolation import split_methods
+    from lengen.protocols.options import check_protocol_options
 
+    # an option the protocol would ignore, or out of range: refused before the model is loaded
+    given = {k: getattr(args, k) for k in ("corpus", "docs", "segment", "trials", "seed")}
+    check_protocol_options(args.protocol, **given)
     settings = EvalSettings(
         model_path=args.model_path, gguf_file=args.gguf_file,
         methods=[m for item in args.methods for m in split_methods(item)],
-        lengths=sorted({n for item in args.lengths for n in item}), protocol=args.protocol, corpus=args.corpus, docs=args.docs,
-        segment=args.segment, trials=args.trials, seed=args.seed, dtype=args.dtype, attn=args.attn,
-        train_length=args.train_length, device=args.device, precision=args.precision)
+        lengths=sorted({n for item in args.lengths for n in item}), protocol=args.protocol,
+        dtype=args.dtype, attn=args.attn, train_length=args.train_length, device=args.device,
+        precision=args.precision, **{k: v for k, v in given.items() if v is not None})
     out = Path(args.out)
     previous = load_result(out)
     if previous is not None and not args.no_progress:

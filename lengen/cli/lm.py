@@ -6,7 +6,6 @@ import argparse
 
 from lengen.cli.options import parse_key_values, parse_lengths, set_threads
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
-from lengen.errors import LengenError
 
 TRAIN_EPILOG = """examples:
   # the default: a 0.86M-parameter RoPE model on the Python standard library, ~10 CPU minutes
@@ -36,7 +35,9 @@ EVAL_EPILOG = """examples:
   lengen lm eval runs/lm-alibi --methods base --lengths 256,1024,4096
 
 Methods (RoPE models only; "rope" = as trained) are lengen.extrapolation specs, comma-separated;
-options follow a colon and methods compose with "+". Writes results.csv (method, length, ppl or
+options follow a colon and methods compose with "+". An option the protocol does not use is
+refused: --docs and --batch-size are for ppl and last-segment, --segment for last-segment, --trials
+and --seed for passkey (the same rule as `lengen hf eval`). Writes results.csv (method, length, ppl or
 accuracy, ...), results.json and a plot into --out (default RUN_DIR/eval-PROTOCOL).
 """
 
@@ -111,7 +112,17 @@ def _add_device_arguments(p, where: str, passes: str) -> None:
                    "faster on a machine busy with other jobs)")
 
 
+def _only(option: str) -> str:
+    """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
+    from lengen.protocols.options import used_by
+
+    return f"{used_by(option)} only"
+
+
 def _add_eval(sub) -> None:
+    from lengen.lm.evaluate import LMEvalConfig
+
+    d = LMEvalConfig()
     p = sub.add_parser("eval", help="perplexity / last-segment / passkey against context length",
                        description="Evaluate a trained LM run against context length.", epilog=EVAL_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,11 +133,15 @@ def _add_eval(sub) -> None:
     p.add_argument("--lengths", type=parse_lengths, help="context lengths, comma-separated, 4096 or 4k "
                    "(default: 1, 2, 4, 8 x the training length)")
     p.add_argument("--protocol", default="ppl", choices=["ppl", "last-segment", "passkey"], help="(ppl)")
-    p.add_argument("--segment", type=int, metavar="K", help="last-segment: scored tokens (default: min(training length, shortest length))")
-    p.add_argument("--docs", type=int, default=16, help="validation sequences for ppl / last-segment (16)")
-    p.add_argument("--trials", type=int, default=20, help="passkey prompts per length (20)")
-    p.add_argument("--seed", type=int, default=0, help="passkey prompt seed (0)")
-    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass (1)")
+    p.add_argument("--segment", type=int, metavar="K", help=f"{_only('segment')}: scored tokens at the "
+                   "end of each sequence (default: min(training length, shortest length))")
+    p.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: validation sequences "
+                   f"({d.docs})")
+    p.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
+                   f"({d.trials})")
+    p.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed ({d.seed})")
+    p.add_argument("--batch-size", type=int, metavar="B", help=f"{_only('batch_size')}: sequences per "
+                   f"forward pass ({d.batch_size})")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_device_arguments(p, "the evaluation runs", "evaluation")
@@ -170,19 +185,16 @@ def run_train(args) -> int:
 def run_eval(args) -> int:
     from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
     from lengen.extrapolation import split_methods
+    from lengen.protocols.options import check_protocol_options
 
     set_threads(args.threads)
     methods = split_methods(args.methods) if args.methods is not None else []
-    if args.segment is not None and args.protocol != "last-segment":
-        raise LengenError("--segment applies to --protocol last-segment only")
-    for flag in ("segment", "docs", "trials", "batch_size"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise LengenError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    # an option the protocol would ignore, or out of range: refused before the model is loaded
+    given = {k: getattr(args, k) for k in ("segment", "docs", "trials", "seed", "batch_size")}
+    check_protocol_options(args.protocol, **given)
     ecfg = LMEvalConfig(methods=methods, lengths=args.lengths or [], protocol=args.protocol,
-                        segment=args.segment, docs=args.docs, trials=args.trials, seed=args.seed,
-                        batch_size=args.batch_size, device=args.device or "auto",
-                        precision=args.precision or "fp32")
+                        device=args.device or "auto", precision=args.precision or "fp32",
+                        **{k: v for k, v in given.items() if v is not None})
     res = evaluate_lm(args.run_dir, ecfg, args.out, progress=not args.no_progress)
     print(res["table"])
     notes = {r["note"] for r in res["rows"] if r.get("note")}

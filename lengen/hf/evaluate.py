@@ -28,6 +28,7 @@ from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
                               plot_metric, write_csv)
+from lengen.protocols.options import USED_BY
 
 PLAIN = "rope"
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
@@ -44,10 +45,10 @@ class EvalSettings:
     protocol: str = "ppl"
     gguf_file: str | None = None
     corpus: str | None = None        # None: the Python standard library's sources
-    docs: int = 2
+    docs: int = 2                    # ppl / last-segment: corpus sequences
     segment: int | None = None       # last-segment: scored tokens (default min(lengths) // 2)
     trials: int = 10                 # passkey prompts per length
-    seed: int = 0
+    seed: int = 0                    # passkey prompts' keys and depths
     dtype: str = "float32"
     attn: str = "sdpa"
     train_length: int | None = None  # default: config.max_position_embeddings
@@ -226,8 +227,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
 
 
 def comparable(settings: EvalSettings) -> dict:
-    """The settings a row depends on (the passkey ones only for passkey, and so on)."""
-    unused = {"docs", "segment", "corpus"} if settings.protocol == "passkey" else {"trials", "seed"}
+    """The settings a row depends on: those the protocol uses (lengen.protocols.options.USED_BY)."""
+    unused = {k for k, protocols in USED_BY.items() if settings.protocol not in protocols}
     out = {k: getattr(settings, k) for k in SAME_RESULTS if k not in unused}
     out["model_path"] = str(Path(settings.model_path).resolve())
     if "segment" in out:

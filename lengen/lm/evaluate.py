@@ -31,9 +31,9 @@ class LMEvalConfig:
     segment: int | None = None      # last-segment: scored tokens K (default: the shortest length)
     docs: int = 16                  # ppl / last-segment: validation sequences
     trials: int = 20                # passkey: prompts per length
-    seed: int = 0                   # passkey: prompt randomness
+    seed: int = 0                   # passkey: prompt randomness (the ppl sequences are deterministic)
     max_new_tokens: int = 10        # passkey: greedy continuation length
-    batch_size: int = 1
+    batch_size: int = 1             # ppl / last-segment: sequences per forward pass (passkey: one prompt at a time)
     device: str = "auto"            # auto | cpu | cuda | cuda:N (lengen.devices)
     precision: str = "fp32"         # fp32 | tf32 | bf16: the forward passes' numeric mode
 

@@ -5,9 +5,11 @@ A model enters as callables (see lengen.protocols.scoring):
                                               logits_fn) builds one from logits_fn(ids) -> [B, T, V]
   generate_fn(prompt_ids, max_new_tokens) -> new ids   (passkey; greedy_generate_fn(logits_fn) is a
                                               cache-free fallback)
-Data are token sequences. Used by `lengen lm eval` and meant for `lengen hf eval` too."""
+Data are token sequences. Used by `lengen lm eval` and `lengen hf eval`, which both refuse an
+option the chosen protocol does not use by check_protocol_options (lengen.protocols.options)."""
 
 from lengen.protocols.baselines import token_counts, unigram_logits_fn, unigram_nll_fn
+from lengen.protocols.options import check_protocol_options
 from lengen.protocols.passkey import (PasskeyPoint, PasskeyTrial, greedy_generate_fn, make_trials,
                                       parse_answer, passkey_accuracy, passkey_prompt)
 from lengen.protocols.ppl import PplPoint, last_segment_perplexity, perplexity_vs_length
@@ -19,5 +21,5 @@ __all__ = [
     "PplPoint", "perplexity_vs_length", "last_segment_perplexity",
     "PasskeyTrial", "PasskeyPoint", "passkey_prompt", "make_trials", "parse_answer", "passkey_accuracy",
     "greedy_generate_fn", "unigram_logits_fn", "unigram_nll_fn", "token_counts",
-    "write_results", "write_csv", "pivot_table", "plot_metric",
+    "write_results", "write_csv", "pivot_table", "plot_metric", "check_protocol_options",
 ]
