@@ -15,7 +15,7 @@ from __future__ import annotations
 from lengen.errors import LengenError
 from lengen.extrapolation.base import ExtrapolationMethod, RopeSpec, causal_attention, sequence_length
 from lengen.extrapolation.cache import RawKVCache
-from lengen.extrapolation.compose import ComposedMethod, parse_spec, split_methods
+from lengen.extrapolation.compose import PLAIN_NAMES, ComposedMethod, is_plain, parse_spec, split_methods
 from lengen.extrapolation.dynamic import DynamicNtk
 from lengen.extrapolation.lambda_mask import LambdaMask, Sinks
 from lengen.extrapolation.leaky_rerope import LeakyReRope
@@ -64,6 +64,6 @@ def build_method(spec: str | None, rope: RopeSpec) -> ExtrapolationMethod:
 
 
 __all__ = [
-    "METHODS", "ComposedMethod", "ExtrapolationMethod", "RawKVCache", "RemapMethod", "RopeSpec",
-    "build_method", "causal_attention", "parse_spec", "sequence_length", "split_methods",
+    "METHODS", "PLAIN_NAMES", "ComposedMethod", "ExtrapolationMethod", "RawKVCache", "RemapMethod", "RopeSpec",
+    "build_method", "causal_attention", "is_plain", "parse_spec", "sequence_length", "split_methods",
 ]

@@ -17,6 +17,14 @@ from lengen.formats import parse_value
 from lengen.extrapolation.base import ExtrapolationMethod
 
 
+#: specs meaning "the model as trained" (no extrapolation method), in lm eval and hf eval alike
+PLAIN_NAMES = ("rope", "none", "base", "plain")
+
+
+def is_plain(spec: str) -> bool:
+    return spec.strip().lower() in PLAIN_NAMES
+
+
 def split_methods(text: str) -> list[str]:
     """A list of specs, comma-separated; a piece like "beta_fast=16" (an option without a method name)
     continues the previous method, so "yarn:factor=4,beta_fast=16,pi:factor=4" has two methods."""

@@ -24,13 +24,13 @@ from lengen import io
 from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
+from lengen.extrapolation import is_plain
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
                               plot_metric, write_csv)
 from lengen.protocols.options import USED_BY
 
-PLAIN = "rope"
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
 # passkey prompts) are not comparable: resuming them is refused
 PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
@@ -85,7 +85,7 @@ class EvalSettings:
         from lengen.extrapolation import RopeSpec, build_method
 
         for spec in self.methods:
-            if spec != PLAIN:
+            if not is_plain(spec):
                 build_method(spec, RopeSpec(rotary_dim=64, train_length=self.train_length or 4096))
 
     def check_model_path(self) -> None:
@@ -187,7 +187,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     started = time.time()
     model, tokenizer = load(settings)
     model.to(device)
-    if any(m != PLAIN for m in settings.methods):
+    if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
     train_length = settings.train_length or int(model.config.max_position_embeddings)
     import transformers
@@ -204,7 +204,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     seqs = sequences(settings, tokenizer, seq_tokens) if seq_tokens and todo else None
     for method, length in todo:
         bar.set_description(f"{method} @ {length}")
-        if method != PLAIN:
+        if not is_plain(method):
             extend(model, method, train_length=train_length)
         try:
             t0 = time.time()
@@ -212,7 +212,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             with precision_context(settings.precision, device):
                 value = _score(settings, model, tokenizer, seqs, length, bar, answers)
         finally:
-            if method != PLAIN:
+            if not is_plain(method):
                 restore(model)
         rows.append({"method": method, "length": length, meta["metric"]: value,
                      "seconds": round(time.time() - t0, 1), **({"answers": answers} if answers else {})})

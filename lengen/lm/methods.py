@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lengen.errors import LengenError
+from lengen.extrapolation import is_plain
 
-#: names meaning "the model as trained" (no extrapolation method); valid for every encoding
-PLAIN = ("rope", "none", "base", "plain")
 
 
 @dataclass
@@ -38,7 +37,7 @@ def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:
         raise LengenError("no methods given")
     out = []
     for spec in specs:
-        if spec.lower() in PLAIN:
+        if is_plain(spec):
             out.append(ResolvedMethod(spec if model.is_rope else "base", None))
             continue
         if not model.is_rope:
