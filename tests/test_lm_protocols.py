@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lengen.errors import LengenError
-from lengen.lm.tokenizer import ByteTokenizer
+from lengen.data.tokenizer import ByteTokenizer
 from lengen.protocols import (greedy_generate_fn, last_segment_perplexity, make_trials, nll_from_logits,
                               parse_answer, passkey_accuracy, passkey_prompt, perplexity_vs_length,
                               token_counts, unigram_nll_fn)

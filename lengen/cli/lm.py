@@ -41,16 +41,6 @@ and --seed for passkey (the same rule as `lengen hf eval`). Writes results.csv (
 accuracy, ...), results.json and a plot into --out (default RUN_DIR/eval-PROTOCOL).
 """
 
-# flag dest -> LMConfig key ("model." prefix: ModelConfig)
-TRAIN_FLAGS = {
-    "pe": "model.pe", "pe_options": "model.pe_options", "layers": "model.num_layers", "heads": "model.num_heads",
-    "d_model": "model.d_model", "d_ff": "model.d_ff", "dropout": "model.dropout",
-    "max_position": "model.max_position", "logit_scale": "model.logit_scale", "corpus": "corpus",
-    "val_fraction": "val_fraction", "train_length": "train_length", "steps": "steps",
-    "batch_size": "batch_size", "lr": "lr", "warmup": "warmup", "weight_decay": "weight_decay",
-    "grad_clip": "grad_clip", "seed": "seed", "checkpoint_every": "checkpoint_every",
-    "log_every": "log_every", "val_windows": "val_windows", "device": "device", "precision": "precision",
-}
 
 
 def add_parser(sub) -> None:
@@ -148,23 +138,13 @@ def _add_eval(sub) -> None:
     p.set_defaults(func=run_eval)
 
 
-def _set(target: dict, dotted: str, value) -> None:
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        target = target.setdefault(k, {})
-    target[keys[-1]] = value
-
-
 def config_from_args(args):
-    from lengen.lm.config import LMConfig
+    from lengen.lm.options import LM_OPTIONS, lm_config_from_options
 
-    d = LMConfig().to_dict()
-    given = {k: v for k, v in vars(args).items() if k in TRAIN_FLAGS and v is not None}
+    given = {k: v for k, v in vars(args).items() if k in LM_OPTIONS and v is not None}
     if "pe_options" in given:
         given["pe_options"] = parse_key_values(given["pe_options"], "--pe-option")
-    for key, value in given.items():
-        _set(d, TRAIN_FLAGS[key], value)
-    return LMConfig.from_dict(d)
+    return lm_config_from_options(given)
 
 
 def run_train(args) -> int:

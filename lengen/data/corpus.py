@@ -16,7 +16,7 @@ import numpy as np
 from lengen.data.cache import cache_dir, cache_key, load_arrays, save_arrays
 from lengen.data.sources import resolve_source
 from lengen.errors import LengenError
-from lengen.lm.tokenizer import ByteTokenizer
+from lengen.data.tokenizer import ByteTokenizer
 
 
 @dataclass

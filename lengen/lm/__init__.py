@@ -4,6 +4,6 @@ extrapolation at evaluation time, training (lengen.lm.train) and evaluation (len
 from lengen.lm.cache import DecoderCache
 from lengen.lm.config import LMConfig, default_lm_model
 from lengen.lm.model import DecoderLM
-from lengen.lm.tokenizer import ByteTokenizer
+from lengen.data.tokenizer import ByteTokenizer
 
 __all__ = ["ByteTokenizer", "DecoderCache", "DecoderLM", "LMConfig", "default_lm_model"]

@@ -16,7 +16,7 @@ from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
 from lengen.lm.methods import default_methods, resolve_methods
 from lengen.lm.model import DecoderLM
-from lengen.lm.tokenizer import ByteTokenizer
+from lengen.data.tokenizer import ByteTokenizer
 from lengen.protocols import last_segment_perplexity, passkey_accuracy, perplexity_vs_length, write_results
 from lengen.training.run_dir import RunDir
 

@@ -23,7 +23,7 @@ from lengen.data import consecutive_windows, load_corpus, sample_windows
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.lm.config import LMConfig
 from lengen.lm.model import DecoderLM
-from lengen.lm.tokenizer import ByteTokenizer
+from lengen.data.tokenizer import ByteTokenizer
 from lengen.progress import progress_bar
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
 from lengen.training.optim import fused_optimizer_ok

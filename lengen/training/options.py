@@ -8,6 +8,7 @@ from dataclasses import fields
 
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig
+from lengen.options import get_path, set_path
 from lengen.training.config import TrainConfig
 
 # option name (the flag without dashes, underscores) -> TrainConfig path ("model." = ModelConfig)
@@ -66,13 +67,6 @@ def coerce_option(name: str, value):
     return value
 
 
-def _set(target: dict, dotted: str, value) -> None:
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        target = target.setdefault(k, {})
-    target[keys[-1]] = value
-
-
 def config_from_options(options: dict, preset: str | None = None) -> TrainConfig:
     """A TrainConfig from option values (names as in TRAIN_OPTIONS), on top of the named preset
     (options always win over the preset) on top of the TrainConfig defaults."""
@@ -89,14 +83,11 @@ def config_from_options(options: dict, preset: str | None = None) -> TrainConfig
     for key, value in given.items():
         if key not in TRAIN_OPTIONS:
             raise LengenError(f"unknown option {key!r}")
-        _set(d, TRAIN_OPTIONS[key], value)
+        set_path(d, TRAIN_OPTIONS[key], value)
     assert set(d["model"]) <= {f.name for f in fields(ModelConfig)}
     return TrainConfig.from_dict(d)
 
 
 def option_value(cfg: TrainConfig, name: str):
     """The value of option `name` in a config (for results tables)."""
-    target = cfg.to_dict()
-    for key in TRAIN_OPTIONS[name].split("."):
-        target = target[key]
-    return target
+    return get_path(cfg.to_dict(), TRAIN_OPTIONS[name])
