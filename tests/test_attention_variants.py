@@ -139,21 +139,42 @@ def test_key_norm_ignores_positive_rescaling_of_any_key(pe):
         assert torch.allclose(a, b, atol=1e-5) == key_norm
 
 
-# -- a few training steps with every variant ----------------------------------------------------
+# -- a short training run with every variant ----------------------------------------------------
+
+def last_token_task(batch, length, generator, vocab=4):
+    """Random tokens; the one answer is the last input token (next to the answer slot: RoPE
+    attention has to single out relative distance 1)."""
+    x = torch.randint(0, vocab, (batch, length), generator=generator)
+    return x, x[:, -1:]
+
+
+@torch.no_grad()
+def held_out(model, length, seed=1):
+    """(loss, whether every answer is right) on 128 fresh examples of `length` tokens."""
+    x, y = last_token_task(128, length, torch.Generator().manual_seed(seed))
+    out = model.eval()(x, 1)
+    model.train()
+    loss = torch.nn.functional.cross_entropy(out.flatten(0, 1), y.flatten()).item()
+    return loss, bool((out.argmax(-1) == y).all())
+
 
 @pytest.mark.parametrize("mode", LOGIT_SCALES)
 @pytest.mark.parametrize("key_norm", [False, True])
-def test_variants_train_and_run_longer(mode, key_norm):
+def test_variants_learn_a_positional_task_and_keep_it_past_m(mode, key_norm):
+    """100 Adam steps on lengths 3..8 take the held-out loss from about ln 4 = 1.39 (measured
+    1.45-1.47) to below 0.05 (measured 0.005-0.008 for every variant), and the model still answers
+    every example at 20 tokens (21 keys > m = 16, where the log-n factors exceed 1)."""
     torch.manual_seed(0)
-    c = cfg(num_layers=2, pe="rope", logit_scale=mode, key_norm=key_norm, train_length=16)
-    model = CHEModel(c, 2, 2)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for L in (8, 3, 6):
-        x = torch.randint(0, 2, (8, L))
-        loss = torch.nn.functional.cross_entropy(model(x, L).flatten(0, 1), x.flip(1).flatten())
+    model = CHEModel(cfg(num_layers=2, pe="rope", logit_scale=mode, key_norm=key_norm, train_length=16), 4, 4)
+    before, _ = held_out(model, 8)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(100):
+        x, y = last_token_task(16, 3 + step % 6, gen)
+        loss = torch.nn.functional.cross_entropy(model(x, 1).flatten(0, 1), y.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
-        assert torch.isfinite(loss)
-    with torch.no_grad():
-        assert torch.isfinite(model.eval()(torch.randint(0, 2, (2, 40)), 40)).all()
+    after, right = held_out(model, 8)
+    assert before > 1.3 and after < 0.05 and right, (before, after)
+    assert held_out(model, 20)[1]

@@ -1,11 +1,12 @@
 """The public API: spec parsing and composition, attend vs rotate_qk, grouped-query attention,
 and the un-rotated KV cache (incremental decoding == full forward for every method)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from lengen.encodings.rope import apply_rotary, rope_cos_sin
 from lengen.errors import LengenError
 from lengen.extrapolation import METHODS, ComposedMethod, RawKVCache, RopeSpec, build_method, parse_spec
 
@@ -73,31 +74,106 @@ def test_defaults_come_from_the_rope_spec():
     assert build_method("rerope:train_length=512", rope).window == 128
 
 
-# ---- attend / rotate_qk -----------------------------------------------------------------------
-@pytest.mark.parametrize("spec", ["rope", "yarn:factor=4+logn", "dynamic:factor=4", "llama3:factor=4"])
-def test_rotate_qk_then_sdpa_equals_attend(spec):
+# ---- attend / rotate_qk against rotations and attention written out in the test ---------------
+THETA = [10000.0 ** (-2 * i / D) for i in range(D // 2)]  # default frequencies, d = 16, b = 1e4
+YARN_AF = 0.1 * math.log(4) + 1  # 1.1386294361: yarn's attention factor for s = 4 (multiplies cos, sin)
+
+
+def by_ramp(ramp):
+    """YaRN's blend theta_i (1 - ramp_i) + (theta_i / 4) ramp_i for factor 4."""
+    return [t * (1 - r) + t / 4 * r for t, r in zip(THETA, ramp)]
+
+
+# (frequencies, attention factor, log-n?) worked out by hand from the formulas in
+# shared/reference/training_free.md for ROPE (d = 16, b = 1e4, L0 = 16) and 30 tokens.
+HAND = {
+    "rope": (THETA, 1.0, False),
+    # yarn, L0 = 16: dim(32) = 16 ln(16 / 64pi) / (2 ln 1e4) = -2.198 -> floor -3 -> clamp 0,
+    # dim(1) = 0.812 -> ceil 1: ramp_i = min(i, 1), i.e. only the fastest pair keeps theta_0.
+    "yarn:factor=4+logn": (by_ramp([0, 1, 1, 1, 1, 1, 1, 1]), YARN_AF, True),
+    # yarn, L0 = 1024: dim(32) = 1.414 -> 1, dim(1) = 4.424 -> 5: ramp_i = clip((i - 1) / 4, 0, 1).
+    "yarn:factor=4,train_length=1024": (by_ramp([0, 0, 0.25, 0.5, 0.75, 1, 1, 1]), YARN_AF, False),
+    # dynamic at seq_len = max(pos) + 1 = 30 > L0 = 16: alpha = 4 * 30 / 16 - 3 = 4.5,
+    # b' = 1e4 * 4.5^(16/14), inv_freq_i = b'^(-2i/16).
+    "dynamic:factor=4": ([(1e4 * 4.5 ** (16 / 14)) ** (-2 * i / D) for i in range(D // 2)], 1.0, False),
+    # llama3, L0 = 16, lf = 1, hf = 4: wavelength 2 pi / theta_i = 6.28, 19.9, 62.8, ...;
+    # i = 0 lies in [L0/hf, L0/lf] = [4, 16]: a = (16 / 2pi - 1) / 3, (1 - a) / 4 + a = 2 / pi;
+    # every other wavelength exceeds 16: theta_i / 4.
+    "llama3:factor=4": ([2 / math.pi] + [t / 4 for t in THETA[1:]], 1.0, False),
+}
+
+
+def rotate_by_hand(x, positions, inv_freq, factor=1.0):
+    """Half-split layout (Hugging Face's rotate_half): channel i pairs with channel i + d/2, and
+    the pair (x_i, x_{i+d/2}) at position p is multiplied by the 2x2 rotation matrix
+    [[cos a, -sin a], [sin a, cos a]], a = p * inv_freq[i], then by the attention factor."""
+    h = x.shape[-1] // 2
+    out = torch.empty_like(x)
+    for t, p in enumerate(positions):
+        for i, w in enumerate(inv_freq):
+            c, s = math.cos(p * w), math.sin(p * w)
+            rot = torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+            pair = torch.stack([x[..., t, i], x[..., t, i + h]], -1)       # [B, H, 2]
+            new = pair @ rot.T
+            out[..., t, i], out[..., t, i + h] = factor * new[..., 0], factor * new[..., 1]
+    return out
+
+
+def logn_by_hand(positions, train_length=16):
+    return torch.tensor([max(1.0, math.log(p + 1) / math.log(train_length)) for p in positions],
+                        dtype=torch.float64)[:, None]
+
+
+def causal_softmax_attention(q, k, v, scale):
+    """float64 softmax(scale q.k) v over keys j <= i, written out."""
+    logits = scale * torch.einsum("bhid,bhjd->bhij", q.double(), k.double())
+    T = logits.shape[-1]
+    logits = logits.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    weights = logits.exp() / logits.exp().sum(-1, keepdim=True)
+    return torch.einsum("bhij,bhjd->bhid", weights, v.double())
+
+
+# The library computes the angles p * inv_freq in float32 (as HF does): angles up to 29 rad carry
+# an absolute error up to ~29 * 2^-23 = 3.5e-6 rad, so entries of size ~3 differ from the float64
+# rotation by up to 2.5e-6 (measured); 1e-5 leaves 4x headroom.
+ANGLE_TOL = {"atol": 1e-5, "rtol": 1e-5}
+
+
+@pytest.mark.parametrize("spec", list(HAND))
+def test_rotate_qk_and_attend_equal_rotations_written_out(spec):
     m = build_method(spec, ROPE)
+    inv_freq, factor, logn = HAND[spec]
     q, k, v = qkv()
     pos = torch.arange(30)[None]
     qr, kr = m.rotate_qk(q, k, pos, pos)
-    inv_freq, af = m.rope_params(30)
-    cos, sin = rope_cos_sin(pos, inv_freq, af)
-    scale = m.query_scale(pos)
-    torch.testing.assert_close(qr, apply_rotary(q, cos, sin) * (1 if scale is None else scale.double()))
-    torch.testing.assert_close(kr, apply_rotary(k, cos, sin))
-    ref = F.scaled_dot_product_attention(qr, kr, v, is_causal=True)
-    torch.testing.assert_close(m.attend(q, k, v, pos, pos), ref)
+    want_q = rotate_by_hand(q, range(30), inv_freq, factor)
+    if logn:  # log-n: query at position p times max(1, ln(p + 1) / ln L0)
+        want_q = want_q * logn_by_hand(range(30))
+    want_k = rotate_by_hand(k, range(30), inv_freq, factor)
+    torch.testing.assert_close(qr, want_q, **ANGLE_TOL)
+    torch.testing.assert_close(kr, want_k, **ANGLE_TOL)
+    want = causal_softmax_attention(want_q, want_k, v, D ** -0.5)
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos), want, **ANGLE_TOL)
+    # and a caller's own SDPA on rotate_qk's output gives the same attention
+    torch.testing.assert_close(F.scaled_dot_product_attention(qr, kr, v, is_causal=True), want, **ANGLE_TOL)
 
 
 def test_attention_factor_scales_logits_by_its_square():
+    """yarn multiplies cos and sin of both q and k by 0.1 ln 4 + 1, so every logit is the
+    unscaled rotated logit times 1.2964769928 (the value in the reference notes)."""
+    assert YARN_AF ** 2 == pytest.approx(1.2964769928, abs=1e-10)
     m = build_method("yarn:factor=4", ROPE)
-    q, k, _ = qkv()
+    inv_freq = by_ramp([0, 1, 1, 1, 1, 1, 1, 1])  # as worked out for HAND["yarn:factor=4+logn"]
+    q, k, v = qkv()
     pos = torch.arange(30)[None]
     qr, kr = m.rotate_qk(q, k, pos, pos)
-    inv_freq, af = m.rope_params(30)
-    q0, k0 = (apply_rotary(x, *rope_cos_sin(pos, inv_freq)) for x in (q, k))
-    logits = af ** 2 * (q0 @ k0.transpose(-1, -2))  # cos * af is rounded to float32
-    torch.testing.assert_close(qr @ kr.transpose(-1, -2), logits, atol=1e-5, rtol=1e-5)
+    q0, k0 = rotate_by_hand(q, range(30), inv_freq), rotate_by_hand(k, range(30), inv_freq)
+    unscaled = q0 @ k0.transpose(-1, -2)
+    torch.testing.assert_close(qr @ kr.transpose(-1, -2), 1.2964769928 * unscaled, atol=1e-4, rtol=1e-5)
+    want = causal_softmax_attention(q0, k0, v, 1.2964769928 * D ** -0.5)
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos), want, **ANGLE_TOL)
+    unfactored = causal_softmax_attention(q0, k0, v, D ** -0.5)
+    assert (want - unfactored).abs().max() > 1e-2  # the factor does change the attention
 
 
 def test_remapping_methods_refuse_rotate_qk():

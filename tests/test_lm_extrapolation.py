@@ -1,5 +1,5 @@
 """A real, small, seeded training run: at 4x its training length a RoPE byte-level LM is worse
-with plain RoPE than with the best of NTK, YaRN and ReRoPE (training-free methods help)."""
+with plain RoPE than with each of NTK, YaRN and ReRoPE (training-free methods help)."""
 
 import os
 
@@ -48,11 +48,18 @@ def test_tiny_model_learned_something(trained):
     assert record["val_ppl"] < 0.6 * record["unigram_ppl"], record
 
 
+# Perplexity at 4 x TRAIN = 128 tokens, measured (two runs, identical: seeded, one thread):
+#   rope 17.49 | ntk:factor=4 16.57 (0.95x) | yarn:factor=4 16.30 (0.93x) | rerope:window=16 13.41 (0.77x)
+# (pi:factor=4 is worse, 23.48, and is not asserted). Each of the three beats plain RoPE.
+BEAT_ROPE_AT_4X = ("ntk:factor=4", "yarn:factor=4", "rerope:window=16")
+
+
 def test_training_free_methods_beat_plain_rope_at_4x(trained):
     _, lm, seqs = trained
     assert len(seqs) == 8
     rope = ppl_at(lm, seqs, "rope", 4 * TRAIN)
-    others = {s: ppl_at(lm, seqs, s, 4 * TRAIN) for s in ("ntk:factor=4", "yarn:factor=4", "rerope:window=16")}
-    assert min(others.values()) < rope, (rope, others)
+    others = {s: ppl_at(lm, seqs, s, 4 * TRAIN) for s in BEAT_ROPE_AT_4X}
+    for spec, ppl in others.items():
+        assert ppl < rope, (spec, ppl, rope, others)
     # sanity: within its window ReRoPE is plain RoPE
     assert ppl_at(lm, seqs, f"rerope:window={TRAIN}", TRAIN) == pytest.approx(ppl_at(lm, seqs, "rope", TRAIN), rel=1e-5)

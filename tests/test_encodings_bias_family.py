@@ -1,7 +1,7 @@
-"""Issue 3 encodings (FIRE, FIRE-S, KERPLE, Sandwich, T5) against independent references:
+"""The bias-family encodings (FIRE, FIRE-S, KERPLE, Sandwich, T5) against independent references:
 FIRE's constructive proofs (it reproduces ALiBi and KERPLE-log with hand-set weights), T5 golden
-bucket rows, naive per-pair formulas, shift invariance, and a short training run of every
-registered encoding with every position sampler."""
+bucket rows, naive per-pair formulas, shift invariance of every relative encoding, every
+registered encoding learning an easy task with every position sampler, and the presets."""
 
 import math
 
@@ -341,54 +341,57 @@ def test_relative_encodings_are_shift_invariant(pe, causal):
         assert not torch.allclose(a, logits(enc, 1, q, k, pos * 3), atol=1e-3)
 
 
-# -- every registered encoding trains with every sampler ---------------------------------------
+# -- every registered encoding learns an easy task with every sampler ----------------------------
 
-def task_or_random():
-    """A CHE task if the tasks package provides one, else random tokens with the same interface."""
-    try:
-        from lengen.tasks import get_task
+V, OUT = 8, 2  # input vocabulary = output vocabulary; answer slots per example
 
-        task = get_task("reverse_string")
-        return (task.input_vocab_size, task.output_vocab_size,
-                lambda B, L, rng: (lambda b: (b.inputs, b.targets))(task.sample(B, L, rng)),
-                lambda L: task.input_length(L) + task.output_length(L), task.output_length)
-    except (ImportError, LengenError):
-        def sample(B, L, rng):
-            x = torch.as_tensor(rng.integers(0, 2, (B, L)))
-            return x, x.flip(1)
-        return 2, 2, sample, lambda L: 2 * L, lambda L: L
+
+def constant_task(batch, length, generator):
+    """The input is one random token c repeated `length` times; both answers are c."""
+    c = torch.randint(0, V, (batch, 1), generator=generator)
+    return c.expand(batch, length), c.expand(batch, OUT)
+
+
+def task_loss(model, x, y, pos):
+    return torch.nn.functional.cross_entropy(model(x, OUT, pos).flatten(0, 1), y.flatten())
 
 
 @pytest.mark.parametrize("positions", ["standard", "randomized", "equal_mean"])
 @pytest.mark.parametrize("pe", ENCODINGS.names())
-def test_every_encoding_trains_and_runs_past_training_length(pe, positions):
+def test_every_encoding_learns_an_easy_task_with_every_sampler(pe, positions):
+    """The answer slots hold EMPTY tokens, so only attention from them to the input can tell them
+    c, whatever the positions are. 30 Adam steps on lengths 3..8 with the sampler's positions take
+    the held-out loss from about ln 8 = 2.08 (measured 2.14-2.30) to below 0.3 (measured
+    0.07-0.14 for every pair); and as the answer does not depend on the length, the trained model
+    also gets every example right at 3x the training length with standard positions 0..T-1."""
     torch.manual_seed(0)
-    vin, vout, sample, total, out_len = task_or_random()
-    c = cfg(pe=pe, max_position=128, train_length=total(8))
-    model = CHEModel(c, vin, vout)
+    model = CHEModel(cfg(pe=pe, max_position=128, train_length=8 + OUT), V, V)
     sampler = build_sampler(positions, max_position=128)
     if not sampler.integer and not model.encoder.pe.accepts_float_positions:
-        with pytest.raises(LengenError, match="integer"):
+        with pytest.raises(LengenError, match="integer"):  # learned table, T5 buckets
             model.encoder.pe.check_sampler(sampler)
         return
     model.encoder.pe.check_sampler(sampler)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
-    for L in (3, 8):
-        x, y = sample(8, L, rng)
-        out = model(x, out_len(L), sampler(total(L), gen))
-        loss = torch.nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
+    x8, y8 = constant_task(64, 8, torch.Generator().manual_seed(1))
+    x24, y24 = constant_task(64, 24, torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        before = task_loss(model.eval(), x8, y8, torch.arange(8 + OUT)[None]).item()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(30):
+        L = 3 + step % 6
+        x, y = constant_task(16, L, gen)
+        loss = task_loss(model, x, y, sampler(L + OUT, gen))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        assert torch.isfinite(loss)
-        assert all(torch.isfinite(p).all() for p in model.parameters())
     model.eval()
-    L = 24  # three times the training length, standard positions (0..T-1) as at test time
-    x, _ = sample(4, L, rng)
     with torch.no_grad():
-        out = model(x, out_len(L), torch.arange(total(L))[None])
-    assert out.shape == (4, out_len(L), vout) and torch.isfinite(out).all()
+        after = task_loss(model, x8, y8, torch.arange(8 + OUT)[None]).item()
+        out24 = model(x24, OUT, torch.arange(24 + OUT)[None])
+    assert before > 1.8 and after < 0.3, (before, after)
+    assert torch.equal(out24.argmax(-1), y24)
 
 
 # -- presets ----------------------------------------------------------------------------------
