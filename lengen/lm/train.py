@@ -11,7 +11,6 @@ checkpoint, so a step never waits for the GPU."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from lengen.progress import progress_bar
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.run_dir import RunDir
+from lengen.training.session import TrainingSession
 
 EVAL_FILE = "eval.json"
 
@@ -79,46 +79,34 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
     stream = corpus.stream("train")
     model = build_model(cfg).to(device)  # built on the CPU: the same initial weights on every device
-    run = RunDir(out)
-    run.claim(cfg.to_dict(), identity_keys=LMConfig.IDENTITY)
+    session = TrainingSession(RunDir(out), cfg.to_dict(), LMConfig.IDENTITY, cfg.steps)
+    run = session.run
     optimizer = make_optimizer(model, cfg)
     np_rng = np.random.default_rng(cfg.seed)
     # losses since the last metrics row: their sum stays on the device (float64), read back only
     # for a row or a checkpoint
-    step, metrics, loss_sum, loss_count = 0, [], torch.zeros((), dtype=torch.float64, device=device), 0
-    seconds = 0.0  # training time of earlier sessions of this run
+    loss_sum, loss_count = torch.zeros((), dtype=torch.float64, device=device), 0
 
-    ckpt = run.load_checkpoint()  # map_location cpu; load_state_dict copies onto the model's device
+    ckpt = session.restore(model, optimizer)  # read onto the CPU, loaded onto the model's device
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])  # moves its state to the parameters' device
         np_rng.bit_generator.state = ckpt["rng"]["numpy"]
         restore_rng_state(ckpt["rng"], device)  # checkpoints from before devices have no "cuda"
-        step = ckpt["step"]
         if "loss_sum" in ckpt:
             loss_sum.fill_(ckpt["loss_sum"])
             loss_count = ckpt["loss_count"]
         else:  # older checkpoints: the window's losses as a list
             loss_sum.fill_(float(np.sum(ckpt["window"], dtype=np.float64)))
             loss_count = len(ckpt["window"])
-        # the checkpoint carries the metrics rows up to it (metrics.jsonl is written after it)
-        metrics = ckpt["metrics"] if "metrics" in ckpt else [m for m in run.read_metrics() if m["step"] <= step]
-        run.write_metrics(metrics)  # repairs a file that a kill left behind its checkpoint
-        seconds = ckpt.get("seconds", 0.0)
-
-    def elapsed() -> float:
-        return round(seconds + time.perf_counter() - start, 3)
 
     def checkpoint():
-        run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "rng": {"numpy": np_rng.bit_generator.state, **rng_state(device)},
-                             "loss_sum": loss_sum.item(), "loss_count": loss_count, "seconds": elapsed(),
-                             "metrics": list(metrics), "config": cfg.to_dict()}, metrics)
+        session.save(model, optimizer, rng={"numpy": np_rng.bit_generator.state, **rng_state(device)},
+                     loss_sum=loss_sum.item(), loss_count=loss_count)
 
     model.train()
-    bar = progress_bar(cfg.steps, f"lm train {cfg.model.pe}", disable=not progress, initial=step, unit="step")
-    start = time.perf_counter()
-    while step < cfg.steps:
+    bar = progress_bar(cfg.steps, f"lm train {cfg.model.pe}", disable=not progress, initial=session.step,
+                       unit="step")
+    while session.step < cfg.steps:
+        step = session.step
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = torch.from_numpy(sample_windows(stream, cfg.train_length, cfg.batch_size, np_rng))
@@ -130,13 +118,11 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
         optimizer.step()
         loss_sum += loss.detach()
         loss_count += 1
-        step += 1
+        session.step = step = step + 1
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            row = {"step": step, "loss": loss_sum.item() / loss_count,  # the host sync of a row
-                   "lr": lr_at(step - 1, cfg), "tokens": step * cfg.batch_size * cfg.train_length,
-                   "seconds": elapsed()}
-            metrics.append(row)
+            row = session.add_row({"step": step, "loss": loss_sum.item() / loss_count,  # the host sync of a row
+                                   "lr": lr_at(step - 1, cfg), "tokens": step * cfg.batch_size * cfg.train_length})
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.2f}")
             loss_sum.zero_()
             loss_count = 0
@@ -145,7 +131,7 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()
-    record = {**validate(model, corpus, cfg), "steps": step, "parameters": model.num_parameters(),
+    record = {**validate(model, corpus, cfg), "steps": session.step, "parameters": model.num_parameters(),
               "pe": cfg.model.pe, "corpus": corpus.summary()}
     io.write_json(run.file(EVAL_FILE), record)
     return record

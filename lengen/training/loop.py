@@ -5,7 +5,6 @@ an uninterrupted one."""
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -24,11 +23,8 @@ from lengen.training.evaluation import band_table, evaluate_lengths, masked_accu
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.plots import plot_accuracy
 from lengen.training.run_dir import RunDir
+from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - TrainingDiverged is this module's API too
 from lengen.training.setup import RunParts, build_run, total_length
-
-
-class TrainingDiverged(LengenError):
-    """The training loss became NaN or infinite; the last good checkpoint is kept."""
 
 
 def _rng_state(np_rng, gen, device) -> dict:
@@ -93,57 +89,33 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is written
     torch.manual_seed(cfg.seed)  # before the model is built: the seed fixes the initial weights
     parts = build_run(cfg)
-    run = RunDir(out)
-    ckpt = run.load_checkpoint() if run.check(cfg.to_dict(), TrainConfig.IDENTITY) else None
-    if ckpt is not None and ckpt["step"] > cfg.steps:
-        raise LengenError(f"{run.path} is already trained to step {ckpt['step']}; --steps {cfg.steps} would "
-                          f"evaluate the {ckpt['step']}-step model. Give --steps {ckpt['step']} or more, or "
-                          "another --out")
-    run.claim(cfg.to_dict(), identity_keys=TrainConfig.IDENTITY)
+    session = TrainingSession(RunDir(out), cfg.to_dict(), TrainConfig.IDENTITY, cfg.steps)
+    run = session.run
     model = parts.model.to(device)
     # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
                                  fused=fused_optimizer_ok(model))
     np_rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    step, metrics, window, seconds = 0, [], Window(), 0.0
-
+    window = Window()
+    ckpt = session.restore(model, optimizer)
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
         _restore_rng(ckpt["rng"], np_rng, gen, device)
-        step, window, seconds = ckpt["step"], Window(ckpt["window"]), ckpt.get("seconds", 0.0)
-        # the checkpoint carries the metrics rows up to it (metrics.jsonl is a copy written after
-        # it, so a kill between the two writes loses nothing); older checkpoints: the file
-        metrics = ckpt["metrics"] if "metrics" in ckpt else [m for m in run.read_metrics() if m["step"] <= step]
-        run.write_metrics(metrics)  # repairs a file that a kill left behind its checkpoint
-    start_step = step
+        window = Window(ckpt["window"])
 
     def checkpoint():
-        run.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "rng": _rng_state(np_rng, gen, device), "window": window.state(),
-                             "seconds": elapsed(), "metrics": list(metrics), "config": cfg.to_dict()}, metrics)
+        session.save(model, optimizer, rng=_rng_state(np_rng, gen, device), window=window.state())
 
     model.train()
     bar = progress_bar(cfg.steps, f"train {cfg.task} {cfg.model.pe}/{cfg.positions}", disable=not progress,
-                       initial=step, unit="step")
-    start = time.perf_counter()
-
-    def elapsed() -> float:
-        """Training seconds over every session of this run (a resumed run keeps counting)."""
-        return round(seconds + time.perf_counter() - start, 3)
-
-    while step < cfg.steps:
+                       initial=session.step, unit="step")
+    while session.step < cfg.steps:
         window.add(*train_step(parts, cfg, optimizer, np_rng, gen, device))
-        step += 1
+        session.step += 1
+        step = session.step
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
-            row = window.row(step)  # the one host sync: a metrics row
-            if not math.isfinite(row["loss"]):
-                raise TrainingDiverged(f"training diverged at step {step} (loss {row['loss']}); the last "
-                                       f"checkpoint is kept; lower --lr or --grad-clip")
-            row["seconds"] = elapsed()
-            metrics.append(row)
+            row = session.add_row(window.row(step))  # the one host sync: a metrics row
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.3f}")
             window = Window()
             if on_log is not None:
@@ -155,11 +127,11 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
         checkpoint()
     if not evaluate:
         return {}
-    if step == start_step:  # nothing trained in this call: a finished run's evaluation is reused
-        previous = reusable_eval(run, cfg, parts.test_mode, device, step)
+    if session.step == session.resumed_at:  # nothing trained in this call: reuse a finished evaluation
+        previous = reusable_eval(run, cfg, parts.test_mode, device, session.step)
         if previous is not None:
             return previous
-    return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=elapsed())
+    return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=session.elapsed())
 
 
 #: eval.json fields that must match for a finished run's evaluation to be reused
