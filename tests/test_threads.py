@@ -50,7 +50,8 @@ def test_busy_cores_from_proc_stat_samples():
 
 
 @pytest.mark.parametrize("command", [["train"], ["demo"], ["eval", "somewhere"],
-                                     ["sweep", "run", "spec.yaml", "--out", "o"]])
+                                     ["sweep", "run", "spec.yaml", "--out", "o"], ["lm", "train"],
+                                     ["lm", "eval", "somewhere"], ["hf", "eval", "somewhere", "--lengths", "4k"]])
 def test_threads_must_be_positive(command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main([*command, "--threads", "0"]) == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import parse_lengths
+from lengen.cli.options import parse_lengths, set_threads
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 
 EPILOG = """protocols:
@@ -103,6 +103,8 @@ def add_parser(sub) -> None:
                    help="the model's attention implementation (default sdpa)")
     e.add_argument("--out", default="runs/hf-eval", metavar="DIR",
                    help="output folder (default runs/hf-eval)")
+    e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often "
+                   "faster on a machine busy with other jobs)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.set_defaults(func=run_eval)
 
@@ -114,6 +116,7 @@ def run_eval(args) -> int:
     from lengen.extrapolation import split_methods
     from lengen.protocols.options import check_protocol_options
 
+    set_threads(args.threads)
     # an option the protocol would ignore, or out of range: refused before the model is loaded
     given = {k: getattr(args, k) for k in ("corpus", "docs", "segment", "trials", "seed")}
     check_protocol_options(args.protocol, **given)
