@@ -317,3 +317,14 @@ def test_precision_flag_sets_every_run_and_conflicts_are_refused(tmp_path, capsy
     assert main(["sweep", "run", str(both), "--out", str(tmp_path / "o"), "--precision", "bf16"]) == 2
     assert "already sets precision" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_presets_command_lists_and_shows(capsys):
+    assert main(["sweep", "presets"]) == 0
+    out = capsys.readouterr().out
+    assert "ruoss2023  (4,950 runs)" in out and "ruoss2023-mini  (54 runs)" in out and "su2023  (2,160 runs)" in out
+    assert main(["sweep", "presets", "--show", "ruoss2023-mini"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["grid"]["task"] == ["even_pairs", "cycle_navigation", "bucket_sort"]
+    assert main(["sweep", "presets", "--show", "nope"]) == 2
+    assert "unknown sweep preset 'nope'" in capsys.readouterr().err

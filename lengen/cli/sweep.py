@@ -135,7 +135,6 @@ def status(args) -> int:
 
 
 def presets(args) -> int:
-    from lengen.cli.options import format_table
     from lengen.errors import LengenError
     from lengen.sweeps import expand, load_spec
     from lengen.sweeps.presets import preset_names, preset_path
@@ -146,9 +145,11 @@ def presets(args) -> int:
             raise LengenError(f"unknown sweep preset {args.show!r}; valid: {', '.join(preset_names())}")
         print(path.read_text(), end="")
         return 0
-    rows = []
+    import textwrap
+
     for name in preset_names():
         spec = load_spec(name)
-        rows.append([name, len(expand(spec)), spec.description])
-    print(format_table(["preset", "runs", "what it is"], rows))
+        print(f"{name}  ({len(expand(spec)):,} runs)")
+        print(textwrap.fill(spec.description, width=96, initial_indent="    ", subsequent_indent="    "))
+    print("\nrun one: lengen sweep run NAME --out DIR;  see its file: lengen sweep presets --show NAME")
     return 0
