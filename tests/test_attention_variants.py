@@ -16,7 +16,7 @@ M = 20  # training length m
 
 
 def cfg(**kw):
-    base = dict(num_layers=1, num_heads=2, d_model=16, d_ff=32, dropout=0.0, train_length=M)
+    base = dict(num_layers=1, num_heads=2, d_model=16, d_ff=32, dropout=0.0, train_tokens=M)
     base.update(kw)
     return ModelConfig(**base)
 
@@ -70,7 +70,7 @@ def test_logit_scale_config_errors():
     with pytest.raises(LengenError, match="valid: none, log_n"):
         Transformer(cfg(logit_scale="log_m"))
     with pytest.raises(LengenError, match="training length"):
-        Transformer(cfg(logit_scale="log_n", train_length=None))
+        Transformer(cfg(logit_scale="log_n", train_tokens=None))
 
 
 # -- inside attention ---------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def test_variants_learn_a_positional_task_and_keep_it_past_m(mode, key_norm):
     1.45-1.47) to below 0.05 (measured 0.005-0.008 for every variant), and the model still answers
     every example at 20 tokens (21 keys > m = 16, where the log-n factors exceed 1)."""
     torch.manual_seed(0)
-    model = CHEModel(cfg(num_layers=2, pe="rope", logit_scale=mode, key_norm=key_norm, train_length=16), 4, 4)
+    model = CHEModel(cfg(num_layers=2, pe="rope", logit_scale=mode, key_norm=key_norm, train_tokens=16), 4, 4)
     before, _ = held_out(model, 8)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(0)

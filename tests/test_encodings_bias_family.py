@@ -138,7 +138,7 @@ def test_fire_default_threshold_is_the_training_length():
     def threshold(**kw):
         return build_encoding(cfg(pe="fire", **kw)).fire[0].threshold().item()
 
-    assert threshold(train_length=80) == 80.0
+    assert threshold(train_tokens=80) == 80.0
     assert threshold() == 512.0  # the public code's init_L when no training length is known
     assert threshold(pe_options=dict(init_L=7)) == 7.0
 
@@ -365,7 +365,7 @@ def test_every_encoding_learns_an_easy_task_with_every_sampler(pe, positions):
     0.07-0.14 for every pair); and as the answer does not depend on the length, the trained model
     also gets every example right at 3x the training length with standard positions 0..T-1."""
     torch.manual_seed(0)
-    model = CHEModel(cfg(pe=pe, max_position=128, train_length=8 + OUT), V, V)
+    model = CHEModel(cfg(pe=pe, max_position=128, train_tokens=8 + OUT), V, V)
     sampler = build_sampler(positions, max_position=128)
     if not sampler.integer and not model.encoder.pe.accepts_float_positions:
         with pytest.raises(LengenError, match="integer"):  # learned table, T5 buckets

@@ -89,7 +89,7 @@ def test_probs_times_values_reproduce_the_forward_output(options):
     """softmax probabilities @ v, through the out projection, equal the module's own output: the
     probabilities carry the same transforms, scale, bias and mask as the fused path."""
     torch.manual_seed(0)
-    cfg = ModelConfig(num_layers=2, num_heads=2, d_model=16, d_ff=32, dropout=0.0, train_length=6, **options)
+    cfg = ModelConfig(num_layers=2, num_heads=2, d_model=16, d_ff=32, dropout=0.0, train_tokens=6, **options)
     model = CHEModel(cfg, input_vocab_size=3, output_vocab_size=2).eval()
     B, Lin, out_len = 2, 9, 3   # 12 tokens != train_length: log-n factors differ from 1
     inputs = torch.randint(0, 3, (B, Lin))

@@ -242,7 +242,7 @@ def test_che_model_kernel_on_off(pe, causal):
 
     if pe not in _encodings():
         pytest.skip(f"no encoding {pe!r}")
-    cfg = ModelConfig(pe=pe, causal=causal, dropout=0.0, num_layers=2, train_length=20)
+    cfg = ModelConfig(pe=pe, causal=causal, dropout=0.0, num_layers=2, train_tokens=20)
     torch.manual_seed(0)
     model = CHEModel(cfg, 3, 3)
     inputs = torch.randint(0, 3, (4, 11))

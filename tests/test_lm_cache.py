@@ -27,7 +27,7 @@ CHUNKS = [(0, 5), (5, 17), (17, 18), (18, 33), (33, 47), (47, 48)]
 def tiny(pe="rope", **kw):
     torch.manual_seed(0)
     cfg = ModelConfig(num_layers=2, num_heads=4, d_model=32, d_ff=64, dropout=0.0, norm="pre", causal=True,
-                      pe=pe, embed_scale=False, train_length=TRAIN, max_position=256, **kw)
+                      pe=pe, embed_scale=False, train_tokens=TRAIN, max_position=256, **kw)
     model = DecoderLM(cfg, 257).eval()
     with torch.no_grad():  # larger q/k weights than the init, so positions matter in the logits
         for block in model.decoder.blocks:

@@ -158,3 +158,14 @@ def test_tasks_explains_its_symbols(capsys):
     out = capsys.readouterr().out
     assert "| is the terminator token" in out and "† permutation-invariant" in out
     assert "bucket_sort †" in out and "reverse_string †" not in out
+
+
+def test_a_run_saved_with_the_old_model_key_still_resumes_and_evaluates(run, capsys):
+    """ModelConfig.train_length (before it became train_tokens) in an older config.json."""
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["model"]["train_length"] = cfg["model"].pop("train_tokens")
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "eval.json").unlink()
+    assert main(["train", *TINY, "--steps", "18", "--out", str(run)]) == 0  # resumes 12 -> 18
+    assert json.loads((run / "eval.json").read_text())["steps"] == 18
+    assert main(["eval", str(run), "--no-progress", "--max-length", "6"]) == 0

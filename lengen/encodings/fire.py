@@ -84,7 +84,7 @@ class FireBias(nn.Module):
 
 class FireEncoding(PositionalEncoding):
     """Per-layer FIRE. Options: depth (hidden layers, 2), width (32), init_c (0.1), init_L
-    (default: ModelConfig.train_length when set, else 512 as in the public code), transform
+    (default: ModelConfig.train_tokens when set, else 512 as in the public code), transform
     ("log", or "identity" for psi(x) = x), eps (1e-6)."""
 
     shared = False
@@ -99,7 +99,7 @@ class FireEncoding(PositionalEncoding):
         # With init_L far above the training length (512 vs ~80 tokens on CHE) the normaliser is
         # a constant during training and FIRE never sees progressive interpolation.
         if init_L is None:
-            init_L = cfg.train_length or 512
+            init_L = cfg.train_tokens or 512
         n = 1 if self.shared else cfg.num_layers
         self.fire = nn.ModuleList(
             FireBias(cfg.num_heads, cfg.causal, depth, width, init_c, init_L, transform, eps)

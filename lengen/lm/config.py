@@ -20,7 +20,7 @@ class LMConfig:
     model: ModelConfig = field(default_factory=default_lm_model)
     corpus: str | None = None          # file, folder or glob; None = the Python standard library
     val_fraction: float = 0.05         # share of documents held out (by name hash)
-    train_length: int = 256            # tokens per training window (also ModelConfig.train_length)
+    train_length: int = 256            # tokens per training window (also ModelConfig.train_tokens)
     steps: int = 1800
     batch_size: int = 16
     lr: float = 2e-3                   # peak AdamW learning rate (linear warmup, cosine decay to 10%)
@@ -41,7 +41,7 @@ class LMConfig:
                 "weight_decay", "grad_clip", "seed", "log_every"]
 
     def __post_init__(self):
-        self.model.train_length = self.train_length  # log-n scalings and methods read it from the model
+        self.model.train_tokens = self.train_length  # log-n scalings and methods read it from the model
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,7 +57,7 @@ class LMConfig:
         if unknown:
             raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}")
         try:
-            model = ModelConfig(**d.pop("model", {}))
+            model = ModelConfig.from_dict(d.pop("model", {}))
         except TypeError as e:
             raise LengenError(f"{prefix}bad model config: {e}") from None
         return cls(model=model, **d)

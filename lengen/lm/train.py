@@ -79,7 +79,8 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
     stream = corpus.stream("train")
     model = build_model(cfg).to(device)  # built on the CPU: the same initial weights on every device
-    session = TrainingSession(RunDir(out), cfg.to_dict(), LMConfig.IDENTITY, cfg.steps)
+    session = TrainingSession(RunDir(out), cfg.to_dict(), LMConfig.IDENTITY, cfg.steps,
+                              normalize=lambda saved: LMConfig.from_dict(saved, where=str(out)).to_dict())
     run = session.run
     optimizer = make_optimizer(model, cfg)
     np_rng = np.random.default_rng(cfg.seed)

@@ -24,7 +24,19 @@ class ModelConfig:
     embed_scale: bool = True    # token embedding x sqrt(d_model)
     logit_scale: str = "none"   # attention logit scaling variant (see lengen.models.attention)
     key_norm: bool = False      # L2-normalise keys (see lengen.models.attention)
-    train_length: int | None = None  # training sequence length m, used by log-n scaling
+    # tokens in the longest training sequence: m of log-n scaling, FIRE's initial threshold and the
+    # L0 of RoPE methods. Not TrainConfig.train_length (N, the CHE input length): for a CHE model
+    # it is N plus the answer slots, for an LM the window length.
+    train_tokens: int | None = None
+
+    #: keys an older lengen wrote, and what they are called now
+    RENAMED = {"train_length": "train_tokens"}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        """A ModelConfig from a saved dict, older key names included (TypeError for unknown keys)."""
+        d = {cls.RENAMED.get(k, k): v for k, v in d.items()}
+        return cls(**d)
 
     @property
     def head_dim(self) -> int:

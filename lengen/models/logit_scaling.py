@@ -5,7 +5,7 @@
   log_n_clipped   q.k / sqrt(d) * max(1, log(n) / log(m))  (never sharper than trained below m)
   log_n_position  per query: n = the number of keys that query attends to, clipped as above
 
-n is the number of keys attended to and m = ModelConfig.train_length, the training sequence length
+n is the number of keys attended to and m = ModelConfig.train_tokens, the training sequence length
 (stored in the model config, so it travels with the checkpoint). The scale is exactly 1 at n = m.
 For a causal model the query at index t of Tk keys attends to t + 1 of them (counting tokens, not
 position values: with randomized positions the two differ, and the entropy argument behind log n
@@ -30,7 +30,7 @@ LOGIT_SCALES = ("none", "log_n", "log_n_clipped", "log_n_position")
 def check_logit_scale(cfg) -> None:
     if cfg.logit_scale not in LOGIT_SCALES:
         raise LengenError(f"unknown logit_scale {cfg.logit_scale!r}; valid: {', '.join(LOGIT_SCALES)}")
-    if cfg.logit_scale != "none" and (cfg.train_length is None or cfg.train_length < 2):
+    if cfg.logit_scale != "none" and (cfg.train_tokens is None or cfg.train_tokens < 2):
         raise LengenError(f"logit_scale {cfg.logit_scale!r} needs a training length >= 2")
 
 
@@ -56,7 +56,7 @@ def logit_scale_factor(cfg, pos_q: torch.Tensor, n: int):
     mode = cfg.logit_scale
     if mode == "none":
         return None
-    m = cfg.train_length
+    m = cfg.train_tokens
     if mode == "log_n":
         return log_ratio(n, m)
     if mode == "log_n_clipped":

@@ -51,7 +51,7 @@ class TrainConfig:
         if unknown:
             raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}")
         try:
-            model = ModelConfig(**d.pop("model", {}))
+            model = ModelConfig.from_dict(d.pop("model", {}))
         except TypeError as e:
             raise LengenError(f"{prefix}bad model config: {e}") from None
         return cls(model=model, **d)

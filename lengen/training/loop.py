@@ -89,7 +89,8 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is written
     torch.manual_seed(cfg.seed)  # before the model is built: the seed fixes the initial weights
     parts = build_run(cfg)
-    session = TrainingSession(RunDir(out), cfg.to_dict(), TrainConfig.IDENTITY, cfg.steps)
+    session = TrainingSession(RunDir(out), cfg.to_dict(), TrainConfig.IDENTITY, cfg.steps,
+                              normalize=lambda saved: TrainConfig.from_dict(saved, where=str(out)).to_dict())
     run = session.run
     model = parts.model.to(device)
     # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors

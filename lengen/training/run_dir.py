@@ -49,18 +49,20 @@ class RunDir:
                               "delete the run directory to start over")
         return config
 
-    def check(self, config: dict, identity_keys: list[str] | None = None) -> bool:
+    def check(self, config: dict, identity_keys: list[str] | None = None, normalize=None) -> bool:
         """Whether `config` may use this directory, without writing anything: True when it
         resumes a run here. Only the keys in `identity_keys` (all keys when None) must match; the
         others (steps, evaluation settings) may change between runs of one directory. A directory
         whose config differs but that holds no checkpoint (a start that failed before its first
-        checkpoint) is free: the new config replaces the old one."""
+        checkpoint) is free: the new config replaces the old one. `normalize` brings the saved
+        config to the current schema first (renamed keys, fields added since, with defaults)."""
         if self.path.exists() and not self.path.is_dir():
             raise LengenError(f"{self.path} exists and is not a directory")
         if self.exists:
             if not self.file(self.CHECKPOINT).exists():
                 return False
-            old = _flatten(self.read_config())
+            saved = self.read_config()
+            old = _flatten(normalize(saved) if normalize else saved)
             new = _flatten(config)
             keys = set(old) | set(new)
             if identity_keys is not None:
@@ -77,10 +79,10 @@ class RunDir:
             raise LengenError(f"{self.path} is not empty and holds no lengen run; use another --out")
         return False
 
-    def claim(self, config: dict, identity_keys: list[str] | None = None) -> bool:
+    def claim(self, config: dict, identity_keys: list[str] | None = None, normalize=None) -> bool:
         """check(), then write config.json (recording changed non-identity settings). Returns
         True when resuming an existing run."""
-        resuming = self.check(config, identity_keys)
+        resuming = self.check(config, identity_keys, normalize)
         if not resuming:
             for stale in (self.METRICS, "eval.json"):  # left by a start that never checkpointed
                 self.file(stale).unlink(missing_ok=True)

@@ -18,15 +18,16 @@ class TrainingDiverged(LengenError):
 
 
 class TrainingSession:
-    def __init__(self, run: RunDir, config: dict, identity: list[str], steps: int):
-        """Check `config` against the directory (nothing written if it cannot be used), then claim it."""
+    def __init__(self, run: RunDir, config: dict, identity: list[str], steps: int, normalize=None):
+        """Check `config` against the directory (nothing written if it cannot be used), then claim
+        it. `normalize(saved)` brings a config saved by an older lengen to the current schema."""
         self.run, self.config, self.steps = run, config, steps
-        self.ckpt = run.load_checkpoint() if run.check(config, identity) else None
+        self.ckpt = run.load_checkpoint() if run.check(config, identity, normalize) else None
         if self.ckpt is not None and self.ckpt["step"] > steps:
             done = self.ckpt["step"]
             raise LengenError(f"{run.path} is already trained to step {done}; --steps {steps} would "
                               f"evaluate the {done}-step model. Give --steps {done} or more, or another --out")
-        run.claim(config, identity_keys=identity)
+        run.claim(config, identity_keys=identity, normalize=normalize)
         self.step, self.metrics, self._seconds = 0, [], 0.0
         self._start = time.perf_counter()
 

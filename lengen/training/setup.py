@@ -47,7 +47,7 @@ def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
 def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | None = None) -> RunParts:
     cfg.validate()
     task = get_task(cfg.task)
-    cfg.model.train_length = cfg.model.train_length or total_length(task, cfg.train_length)
+    cfg.model.train_tokens = cfg.model.train_tokens or total_length(task, cfg.train_length)
     try:
         sampler = build_sampler(cfg.positions, max_position=cfg.model.max_position, **cfg.position_options)
     except TypeError as e:
