@@ -105,9 +105,3 @@ def to_device(device: torch.device, *tensors: torch.Tensor):
         return tensors
     return tuple(t.to(device, non_blocking=True) for t in tensors)
 
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work (timing); nothing on the CPU."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -147,10 +147,3 @@ def randomized_gain(table: pd.DataFrame) -> pd.Series:
     if not rand or not std:
         return pd.Series(np.nan, index=table.index)
     return table[rand].max(axis=1, skipna=True) - table[std].max(axis=1, skipna=True)
-
-
-def randomized_wins(table: pd.DataFrame) -> pd.DataFrame:
-    """For each encoding with both a standard and a randomized column: per task, randomized minus
-    standard."""
-    pairs = [(c[2:], c) for c in table.columns if c.startswith("r_") and c[2:] in table.columns]
-    return pd.DataFrame({std: table[rand] - table[std] for std, rand in pairs}, index=table.index)

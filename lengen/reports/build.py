@@ -59,29 +59,25 @@ def build_report(sweep_path, out) -> dict:
     t2_mean, t2_std = agg.table2(runs) if done else (t1, t1)
     missing = agg.missing_cells(runs)
 
-    files = {}
     io.write_text(out / "table1.md", markdown(t1))
     _csv(t1, out / "table1.csv")
     io.write_text(out / "table4.md", markdown(t4_mean, std=t4_std))
     _csv(_table4_long(t4_mean, t4_std, t4_lr), out / "table4.csv", index_label="row")
     io.write_text(out / "table2.md", markdown(t2_mean, std=t2_std, fmt="{:.0f}", bold_max=False, average=False))
     _csv(t2_mean, out / "table2.csv")
-    files["tables"] = ["table1.md", "table1.csv", "table4.md", "table4.csv", "table2.md", "table2.csv"]
 
     cmp = pub.compare(t1) if pub.comparable(t1) and done else None
     if cmp is not None:
         io.write_text(out / "comparison.md", comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"]))
         io.write_text(out / "comparison.csv", cmp["cells"].to_csv(index=False, float_format="%.4g"))
-        files["tables"] += ["comparison.md", "comparison.csv"]
 
     fig4 = accuracy_by_length(runs, data.accuracy, out) if done else {}
     fig3 = score_vs_max_position(runs, out) if done else None
-    files["figures"] = list(fig4.values()) + ([fig3] if fig3 else [])
 
     page = _html(data, runs, t1, (t4_mean, t4_std), (t2_mean, t2_std), missing, cmp, fig4, fig3)
     io.write_text(out / "index.html", page)
     return {"out": out, "table1": t1, "done": done, "planned": len(runs), "missing": missing,
-            "comparison": cmp, "files": files}
+            "comparison": cmp}
 
 
 def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:

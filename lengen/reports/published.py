@@ -1,5 +1,5 @@
-"""The seed paper's published numbers (Ruoss et al. 2023, Tables 1 and 4, transcribed in
-../shared/reference/ruoss_figures.md and ruoss_table4.csv), shipped with lengen, and the
+"""The seed paper's published numbers (Ruoss et al. 2023, Table 1, transcribed in
+../shared/reference/ruoss_figures.md), shipped with lengen, and the
 comparison of a sweep's Table 1 with them."""
 
 from __future__ import annotations
@@ -19,13 +19,6 @@ PAPER_AVERAGE_GAIN = 12.0  # "Our randomized method increases the test accuracy 
 
 def published_table1() -> pd.DataFrame:
     return pd.read_csv(DATA / "ruoss2023_table1.csv").set_index("task").drop(columns="level")
-
-
-def published_table4() -> tuple[pd.DataFrame, pd.DataFrame]:
-    raw = pd.read_csv(DATA / "ruoss2023_table4.csv").set_index("task")
-    mean = raw.apply(lambda col: col.str.split("/").str[0].astype(float))
-    std = raw.apply(lambda col: col.str.split("/").str[1].astype(float))
-    return mean, std
 
 
 def comparable(table: pd.DataFrame) -> bool:
