@@ -33,14 +33,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from lengen.cli.options import format_table
-    from lengen.devices import resolve_device
     from lengen.models.config import ModelConfig
     from lengen.training.config import TrainConfig
     from lengen.training.loop import train
     from lengen.training.plots import plot_accuracy
 
     set_threads(args.threads)
-    resolve_device(args.device)  # a missing GPU: one line before anything is written
     out = Path(args.out)
     records = {}
     for positions in ("standard", "randomized"):

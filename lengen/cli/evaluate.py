@@ -42,9 +42,6 @@ def run(args) -> int:
         cfg.device = args.device
     if args.precision is not None:
         cfg.precision = args.precision
-    from lengen.devices import resolve_device
-
-    resolve_device(cfg.device)  # a missing GPU: one line before any work
     if args.max_length is not None and args.max_length < 1:
         raise LengenError(f"--max-length must be >= 1, got {args.max_length}")
     if args.eval_samples is not None and args.eval_samples < 1:

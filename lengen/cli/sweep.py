@@ -91,12 +91,10 @@ def with_precision(spec, precision: str):
 def run(args) -> int:
     from lengen.sweeps import SweepOptions, expand, load_spec, run_sweep
 
-    from lengen.errors import LengenError
-
-    for flag in ("workers", "threads", "runs_per_gpu"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise LengenError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
+                        runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address,
+                        progress=not args.no_progress)
+    opts.validate()  # before the file is read: a bad flag is the first thing to hear about
     spec = load_spec(args.spec)
     if args.precision is not None:
         spec = with_precision(spec, args.precision)
@@ -108,9 +106,6 @@ def run(args) -> int:
         if len(runs) > 20:
             print(f"  ... and {len(runs) - 20} more")
         return 0
-    opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
-                        runs_per_gpu=args.runs_per_gpu, ray_address=args.ray_address,
-                        progress=not args.no_progress)
     counts = run_sweep(spec, args.out, opts)
     print(f"sweep {spec.name}: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending")
     print(f"results: {args.out}/results.csv ({counts['results']} rows), {args.out}/accuracy_by_length.csv")

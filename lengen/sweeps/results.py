@@ -10,7 +10,7 @@ import json
 
 from lengen import io
 from lengen.sweeps.sweep_dir import SweepDir
-from lengen.training.options import TRAIN_OPTIONS, option_value
+from lengen.training.options import TRAIN_OPTIONS, option_values
 
 RESULTS = "results.csv"
 ACCURACY = "accuracy_by_length.csv"
@@ -28,14 +28,23 @@ def _flat(name: str, value) -> dict:
     return {name: value}
 
 
+def _flat_options(cfg) -> dict:
+    """Every option of a config, mapping options flattened (pe_options.base)."""
+    out: dict = {}
+    for name, value in option_values(cfg).items():
+        out.update(_flat(name, value))
+    return out
+
+
 def varying_columns(runs) -> list[str]:
     """Options (dict options flattened as name.key) whose value differs between runs, not already
     a base column, in TRAIN_OPTIONS order."""
+    per_run = [option_values(r.config) for r in runs]  # one config walk per run
     columns: list[str] = []
     for name in TRAIN_OPTIONS:
         if name in _HIDDEN or name in BASE_COLUMNS:
             continue
-        values = [_flat(name, option_value(r.config, name)) for r in runs]
+        values = [_flat(name, options[name]) for options in per_run]
         keys = sorted({k for v in values for k in v})
         for key in keys:
             if len({json.dumps(v.get(key), sort_keys=True) for v in values}) > 1:
@@ -55,9 +64,7 @@ class ResultsWriter:
     def config_row(self, run) -> dict:
         """What the config says of a run (finished or not): identity, base options, varying options."""
         cfg = run.config
-        flat = {}
-        for name in TRAIN_OPTIONS:
-            flat.update(_flat(name, option_value(cfg, name)))
+        flat = _flat_options(cfg)
         return {"run_id": run.run_id, "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
                 "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "train_length": cfg.train_length,
                 "max_length": cfg.max_length, **{c: flat.get(c) for c in self.extra}}

@@ -31,6 +31,14 @@ class SweepOptions:
     ray_address: str | None = None
     progress: bool = True
 
+    def validate(self) -> None:
+        if self.backend not in ("local", "ray"):
+            raise LengenError(f"unknown backend {self.backend!r}; valid: local, ray")
+        for name in ("workers", "threads", "runs_per_gpu"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise LengenError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
 
 def cpu_count() -> int:
     try:
@@ -51,12 +59,6 @@ def plan_devices(spec: str) -> list[str]:
 
 def plan_workers(opts: SweepOptions, devices: list[str]) -> tuple[int, int]:
     """(workers, threads per worker) for the local backend."""
-    for name in ("workers", "threads"):
-        value = getattr(opts, name)
-        if value is not None and value < 1:
-            raise LengenError(f"--{name} must be >= 1, got {value}")
-    if opts.runs_per_gpu < 1:
-        raise LengenError(f"--runs-per-gpu must be >= 1, got {opts.runs_per_gpu}")
     cores = cpu_count()
     if devices == ["cpu"]:
         threads = opts.threads or 1
@@ -67,8 +69,7 @@ def plan_workers(opts: SweepOptions, devices: list[str]) -> tuple[int, int]:
 
 def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     """Run every unfinished run of `spec` in `out`; returns the counts by state."""
-    if opts.backend not in ("local", "ray"):
-        raise LengenError(f"unknown backend {opts.backend!r}; valid: local, ray")
+    opts.validate()
     runs = expand(spec)  # every problem of the file, before anything is written
     sweep = SweepDir(out)
     sweep.check_writable()
@@ -81,8 +82,6 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
         connect(opts.ray_address)  # Ray missing or unreachable: one line, nothing written
         devices, workers, threads = [opts.device], None, opts.threads or 1
     sweep.write_index(spec, runs)
-    for r in runs:
-        sweep.run_path(r.run_id).parent.mkdir(parents=True, exist_ok=True)
     states = {r.run_id: sweep.state(r.run_id) for r in runs}
     busy = [rid for rid, s in states.items() if s == "running"]
     if busy:
@@ -115,8 +114,9 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
 
     def on_tick() -> None:
         shown = []
-        for rid in sorted(active):
-            p = sweep.progress(rid)
+        # only runs that are training have a progress file (a finished run's is removed)
+        for rid in sorted(f.name.split(".")[0] for f in sweep.path.glob("state/*.progress.json")):
+            p = sweep.progress(rid) if rid in active else None
             if p is not None and p.get("step", 0) < p.get("steps", 0):
                 shown.append(f"{rid[:6]} {p['step']}/{p['steps']}")
         bar.set_postfix_str(" | ".join(shown[:4]) + (f" +{len(shown) - 4}" if len(shown) > 4 else ""))

@@ -99,16 +99,11 @@ def is_locked(lock_file: Path) -> bool:
     """Whether another process holds the run's lock (a dead process holds none)."""
     if not lock_file.exists():
         return False
-    fd = os.open(lock_file, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    lock = RunLock(lock_file)
+    if not lock.acquire():
         return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    lock.release()
+    return False
 
 
 class RunLock:

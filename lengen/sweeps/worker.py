@@ -68,5 +68,6 @@ def _attempt(sweep: SweepDir, run_id: str, config: dict, device: str) -> dict:
         _log(sweep, run_id, f"failed: {error}\n{traceback.format_exc()}")
         return {"status": "failed", "error": error}
     sweep.state_file(run_id, "failure.json").unlink(missing_ok=True)
+    sweep.state_file(run_id, "progress.json").unlink(missing_ok=True)  # progress is for runs in training
     _log(sweep, run_id, f"finished: score {record.get('score')}")
     return {"status": "done"}

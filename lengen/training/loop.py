@@ -23,7 +23,7 @@ from lengen.training.evaluation import band_table, evaluate_lengths, masked_accu
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.plots import plot_accuracy
 from lengen.training.run_dir import RunDir
-from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - TrainingDiverged is this module's API too
+from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - re-exported
 from lengen.training.setup import RunParts, build_run, total_length
 
 
@@ -135,12 +135,8 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=session.elapsed())
 
 
-#: eval.json fields that must match for a finished run's evaluation to be reused
-_EVAL_SETTINGS = ("max_length", "eval_samples", "eval_seed", "eval_tokens", "test_positions", "precision",
-                  "device", "steps")
-
-
 def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: int) -> dict | None:
+    """The run's eval.json when every setting that shapes an evaluation matches, else None."""
     try:
         previous = io.read_json(run.file("eval.json"))
     except (OSError, ValueError):
@@ -148,7 +144,7 @@ def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: i
     wanted = {"max_length": cfg.max_length, "eval_samples": cfg.eval_samples, "eval_seed": cfg.eval_seed,
               "eval_tokens": cfg.eval_tokens, "test_positions": test_mode, "precision": cfg.precision,
               "device": str(device), "steps": step}
-    return previous if all(previous.get(k) == wanted[k] for k in _EVAL_SETTINGS) else None
+    return previous if all(previous.get(k) == v for k, v in wanted.items()) else None
 
 
 def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | None = None,

@@ -3,6 +3,7 @@ files, where each lands in TrainConfig, and the one function that turns options 
 
 from __future__ import annotations
 
+import functools
 import typing
 from dataclasses import fields
 
@@ -24,6 +25,7 @@ TRAIN_OPTIONS = {
 }
 
 
+@functools.cache
 def _field_types() -> dict[str, object]:
     hints = {**{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
              **typing.get_type_hints(TrainConfig)}
@@ -88,6 +90,7 @@ def config_from_options(options: dict, preset: str | None = None) -> TrainConfig
     return TrainConfig.from_dict(d)
 
 
-def option_value(cfg: TrainConfig, name: str):
-    """The value of option `name` in a config (for results tables)."""
-    return get_path(cfg.to_dict(), TRAIN_OPTIONS[name])
+def option_values(cfg: TrainConfig) -> dict:
+    """Every option's value in a config, by option name (for results tables)."""
+    d = cfg.to_dict()
+    return {name: get_path(d, path) for name, path in TRAIN_OPTIONS.items()}
