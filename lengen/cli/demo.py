@@ -7,8 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lengen.cli.options import set_threads
-from lengen.cli.train import add_device_arguments
+from lengen.cli.options import add_device_arguments, set_threads
 
 EPILOG = """The runs are ordinary run directories (resumable: rerun to continue), so
 `lengen eval demo_runs/rope-randomized --positions uniform` works on them afterwards."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import set_threads
-from lengen.cli.train import add_device_arguments, print_eval
+from lengen.cli.options import add_device_arguments, set_threads
+from lengen.cli.train import print_eval
 from lengen.training.run_dir import RunDir
 
 EPILOG = """examples:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import parse_lengths, set_threads
-from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
+from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
 
 EPILOG = """protocols:
   ppl           a context of the first L tokens of each sequence, one forward pass (no sliding
@@ -94,18 +93,13 @@ def add_parser(sub) -> None:
                    help="the model's trained context (default: max_position_embeddings)")
     e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="the weights' storage type when loaded (default float32); see --precision")
-    e.add_argument("--device", default="auto", metavar="DEVICE",
-                   help=f"where the model is moved after loading and evaluated: {DEVICE_HELP}")
-    e.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help=f"numeric mode of the forward passes: {PRECISION_HELP}; see "
-                   "'--dtype and --precision' below")
     e.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
                    help="the model's attention implementation (default sdpa)")
     e.add_argument("--out", default="runs/hf-eval", metavar="DIR",
                    help="output folder (default runs/hf-eval)")
-    e.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often "
-                   "faster on a machine busy with other jobs)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arguments(e, "the model is moved after loading and evaluated", defaults=True,
+                         precision_note="; see '--dtype and --precision' below")
     e.set_defaults(func=run_eval)
 
 

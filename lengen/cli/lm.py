@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import parse_key_values, parse_lengths, set_threads
-from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
+from lengen.cli.options import add_device_arguments, parse_key_values, parse_lengths, set_threads
 
 TRAIN_EPILOG = """examples:
   # the default: a 0.86M-parameter RoPE model on the Python standard library, ~10 CPU minutes
@@ -88,18 +87,8 @@ def _add_train(sub) -> None:
     g.add_argument("--val-windows", type=int, help=f"validation windows for the final ppl ({d.val_windows})")
     g.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/lm-PE-LTRAIN-sSEED)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_device_arguments(p, "training and the final validation run", "training and validation")
+    add_device_arguments(p, "training and the final validation run")
     p.set_defaults(func=run_train)
-
-
-def _add_device_arguments(p, where: str, passes: str) -> None:
-    """--device, --precision and --threads (None when not given: the config's defaults apply)."""
-    g = p.add_argument_group("device")
-    g.add_argument("--device", metavar="DEVICE", help=f"where {where}: {DEVICE_HELP}")
-    g.add_argument("--precision", choices=PRECISIONS,
-                   help=f"numeric mode of the forward passes ({passes}): {PRECISION_HELP}")
-    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often "
-                   "faster on a machine busy with other jobs)")
 
 
 def _only(option: str) -> str:
@@ -134,7 +123,7 @@ def _add_eval(sub) -> None:
                    f"forward pass ({d.batch_size})")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_device_arguments(p, "the evaluation runs", "evaluation")
+    add_device_arguments(p, "the evaluation runs")
     p.set_defaults(func=run_eval)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.errors import LengenError
 from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
 
@@ -45,3 +46,16 @@ def set_threads(n: int | None) -> None:
     import torch
 
     torch.set_num_threads(n)
+
+
+def add_device_arguments(p, where: str = "", defaults: bool = False, precision_note: str = "") -> None:
+    """--device, --precision and --threads, one group for every command that trains or evaluates.
+    `where` says what runs on the device; with `defaults` the flags default to auto / fp32 (else
+    None: the config's values apply)."""
+    g = p.add_argument_group("device")
+    g.add_argument("--device", metavar="DEVICE", default="auto" if defaults else None,
+                   help=(f"where {where}: " if where else "") + DEVICE_HELP)
+    g.add_argument("--precision", choices=PRECISIONS, default="fp32" if defaults else None,
+                   help=PRECISION_HELP + precision_note)
+    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core; "
+                   "1 is often faster on a machine busy with other jobs)")

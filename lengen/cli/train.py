@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lengen.cli.options import format_table, parse_key_values, set_threads
-from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
+from lengen.cli.options import add_device_arguments, format_table, parse_key_values, set_threads
 from lengen.training.config import TrainConfig
 from lengen.training.options import TRAIN_OPTIONS, config_from_options
 
@@ -62,16 +61,6 @@ def add_parser(sub) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_device_arguments(p)
     p.set_defaults(func=run)
-
-
-def add_device_arguments(p, defaults: bool = False) -> None:
-    """--device, --precision and --threads, shared by every CHE command."""
-    g = p.add_argument_group("device")
-    g.add_argument("--device", default="auto" if defaults else None, help=DEVICE_HELP)
-    g.add_argument("--precision", default="fp32" if defaults else None, choices=PRECISIONS,
-                   help=PRECISION_HELP)
-    g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core; "
-                   "1 is often faster on a machine busy with other jobs)")
 
 
 def config_from_args(args) -> TrainConfig:
