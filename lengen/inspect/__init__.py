@@ -22,7 +22,8 @@ from lengen.inspect.activations import PCA, block_outputs, fit_pca
 from lengen.inspect.attention import attention_maps, attention_modules, head_summaries
 from lengen.training.config import TrainConfig
 from lengen.training.run_dir import RunDir
-from lengen.training.setup import RunParts, build_run, total_length
+from lengen.training.loop import load_trained
+from lengen.training.setup import RunParts, total_length
 
 
 @dataclass
@@ -66,11 +67,7 @@ def open_run(run_dir, length: int | None = None, device: str | None = None) -> I
     length = 2 * cfg.train_length if length is None else int(length)
     if length < 1:
         raise LengenError(f"--length must be >= 1, got {length}")
-    parts = build_run(cfg, max_length=max(length, cfg.train_length))
-    if not run.file(RunDir.CHECKPOINT).exists():
-        raise LengenError(f"{run.path} has no checkpoint yet; train it first")
-    ckpt = run.load_checkpoint()
-    parts.model.load_state_dict(ckpt["model"])
+    parts = load_trained(run, cfg, max_length=max(length, cfg.train_length))
     parts.model.to(dev).eval()
     return Inspection(run=run, cfg=cfg, parts=parts, device=dev, length=length)
 

@@ -147,6 +147,18 @@ def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: i
     return previous if all(previous.get(k) == v for k, v in wanted.items()) else None
 
 
+def load_trained(run: RunDir, cfg: TrainConfig, test_mode: str | None = None,
+                 max_length: int | None = None) -> RunParts:
+    """The run's parts (build_run's checks for these lengths and test positions first) with the
+    checkpoint's weights loaded; LengenError when there is no checkpoint yet."""
+    parts = build_run(cfg, test_mode=test_mode, max_length=max_length)
+    ckpt = run.load_checkpoint()
+    if ckpt is None:
+        raise LengenError(f"{run.path} has no checkpoint yet; train it first")
+    parts.model.load_state_dict(ckpt["model"])
+    return parts
+
+
 def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | None = None,
                  test_mode: str | None = None, max_length: int | None = None,
                  eval_samples: int | None = None, progress: bool = True, suffix: str = "",
@@ -157,16 +169,12 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     cfg = cfg or TrainConfig.from_dict(run.read_config(), where=str(run.path))
     device = resolve_device(cfg.device)
     max_length = max_length or cfg.max_length
-    if parts is None or test_mode is not None or max_length != cfg.max_length:
-        loaded = parts.model if parts is not None else None
+    if parts is None:
+        parts = load_trained(run, cfg, test_mode=test_mode, max_length=max_length)
+    elif test_mode is not None or max_length != cfg.max_length:
+        loaded = parts.model
         parts = build_run(cfg, test_mode=test_mode, max_length=max_length)
-        if loaded is not None:
-            parts.model = loaded
-        else:
-            ckpt = run.load_checkpoint()
-            if ckpt is None:
-                raise LengenError(f"{run.path} has no checkpoint yet; train it first")
-            parts.model.load_state_dict(ckpt["model"])
+        parts.model = loaded
     parts.model.to(device)
     sampler = evaluation_sampler(parts.test_mode, cfg.model.max_position)
     samples = eval_samples or cfg.eval_samples
