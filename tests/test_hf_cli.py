@@ -15,6 +15,7 @@ from lengen.cli import main  # noqa: E402
 from lengen.cli.options import parse_lengths  # noqa: E402
 
 from tiny_llama import TEXT, char_tokenizer, save_tiny_llama  # noqa: E402
+from guards import ModelLoaded, no_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -240,14 +241,6 @@ def test_passkey_eval_scores_an_oracle_one_and_a_constant_zero(model_dir, tmp_pa
 
 
 # -- options a protocol does not use: the same rule as `lengen lm eval` ----------------------------
-
-class ModelLoaded(Exception):
-    pass
-
-
-def no_model(*args, **kwargs):
-    raise ModelLoaded("the model was loaded before the options were checked")
-
 
 @pytest.mark.parametrize("args,message", [
     (["--segment", "8"], "--segment applies to --protocol last-segment only, not ppl"),

@@ -10,13 +10,10 @@ import torch
 import lengen.lm.evaluate as evaluate_mod
 import lengen.lm.train as train_mod
 from lengen.cli import main
-from lengen.data import stdlib_root
 from lengen.lm.model import DecoderLM
+from tiny_lm import TINY
+from guards import interrupt_on_call, ModelLoaded, no_model
 
-CORPUS = str(stdlib_root() / "json")  # a few small stdlib modules: offline and fast
-TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", "2", "--d-model", "16",
-        "--d-ff", "32", "--batch-size", "4", "--warmup", "2", "--checkpoint-every", "3", "--log-every", "2",
-        "--val-windows", "4", "--no-progress"]
 
 
 @pytest.fixture(autouse=True)
@@ -42,16 +39,8 @@ def test_train_writes_the_run_dir(tmp_path, capsys):
 
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
     assert train(tmp_path / "straight") == 0
-    real, calls = train_mod.sample_windows, []
-
-    def interrupt_at_step_5(*a, **k):
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
     with monkeypatch.context() as m:
-        m.setattr(train_mod, "sample_windows", interrupt_at_step_5)
+        m.setattr(train_mod, "sample_windows", interrupt_on_call(train_mod.sample_windows, 5))
         assert train(tmp_path / "resumed") == 130  # killed after the checkpoint at step 3
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["step"] == 3
     assert train(tmp_path / "resumed") == 0       # the same command resumes
@@ -171,14 +160,6 @@ def test_passkey_eval_scores_an_oracle_one_and_a_constant_zero(tmp_path, monkeyp
 
 
 # -- options a protocol does not use ----------------------------------------------------------------
-
-class ModelLoaded(Exception):
-    pass
-
-
-def no_model(*args, **kwargs):
-    raise ModelLoaded("the model was loaded before the options were checked")
-
 
 @pytest.mark.parametrize("args,message", [
     (["--segment", "8"], "--segment applies to --protocol last-segment only, not ppl"),

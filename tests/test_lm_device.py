@@ -10,17 +10,14 @@ import torch
 
 import lengen.lm.train as train_mod
 from lengen.cli import main
-from lengen.data import stdlib_root
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
 from lengen.lm.train import train_lm
+from tiny_lm import CORPUS, TINY
+from guards import interrupt_on_call
 
-CORPUS = str(stdlib_root() / "json")  # a few small stdlib modules: offline and fast
-TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", "2", "--d-model", "16",
-        "--d-ff", "32", "--batch-size", "4", "--warmup", "2", "--checkpoint-every", "3", "--log-every", "2",
-        "--val-windows", "4", "--no-progress"]
 
 
 @pytest.fixture(autouse=True)
@@ -80,16 +77,8 @@ def test_a_run_resumes_on_another_device_spec_and_precision_to_the_same_weights(
     """Neither device nor precision is part of the run's identity: a run started with --device cpu
     resumes with --device auto --precision tf32 (both the CPU's fp32 here) to the same weights."""
     assert train(tmp_path / "straight", "--device", "cpu") == 0
-    real, calls = train_mod.sample_windows, []
-
-    def interrupt_at_step_5(*a, **k):
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
     with monkeypatch.context() as m:
-        m.setattr(train_mod, "sample_windows", interrupt_at_step_5)
+        m.setattr(train_mod, "sample_windows", interrupt_on_call(train_mod.sample_windows, 5))
         assert train(tmp_path / "resumed", "--device", "cpu") == 130
     assert ckpt(tmp_path / "resumed")["step"] == 3
     assert train(tmp_path / "resumed", "--device", "auto", "--precision", "tf32") == 0
