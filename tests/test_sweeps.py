@@ -1,6 +1,7 @@
 """Sweeps: grid expansion, run identity, invalid files, failures, kill-and-resume, backends."""
 
 import csv
+import hashlib
 import json
 import os
 import signal
@@ -86,6 +87,18 @@ def test_any_changed_field_changes_the_id_but_the_device_does_not():
     assert len(ids) == 1 + len(changes) + 8
     moved = TrainConfig(device="cuda:3")
     assert run_id(moved) == run_id(base)
+
+
+def test_a_field_added_later_keeps_old_run_ids_while_it_has_its_default(monkeypatch):
+    # the id an older lengen gave: the SHA-256 of the config without the new field, computed here
+    cfg = TrainConfig()
+    old = cfg.to_dict()
+    del old["device"], old["model"]["norm"]
+    expected = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    monkeypatch.setattr(TrainConfig, "ADDED_FIELDS", {"model.norm": "post"})
+    assert run_id(cfg) == expected
+    cfg.model.norm = "pre"                     # a non-default value is part of the identity
+    assert run_id(cfg) != expected
 
 
 def test_yaml_scientific_notation_is_a_number(tmp_path):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lengen.errors import LengenError
+from lengen.options import get_path
 from lengen.training.config import TrainConfig
 from lengen.training.options import TRAIN_OPTIONS, coerce_option, config_from_options
 
@@ -66,9 +67,16 @@ class SweepSpec:
                 "exclude": self.exclude}
 
 
-def run_id(cfg: TrainConfig) -> str:
-    """12 hex digits of the SHA-256 of the config (runtime fields left out), keys sorted."""
-    d = {k: v for k, v in cfg.to_dict().items() if k not in TrainConfig.RUNTIME}
+def run_id(cfg) -> str:
+    """12 hex digits of the SHA-256 of the config (runtime fields left out), keys sorted. A field
+    added after sweeps existed (`cfg.ADDED_FIELDS`, dotted path -> its default) is hashed only when
+    it differs from that default, so existing sweep folders keep their run ids and resume."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in cfg.RUNTIME}
+    for dotted, default in getattr(cfg, "ADDED_FIELDS", {}).items():
+        *parents, key = dotted.split(".")
+        holder = get_path(d, ".".join(parents)) if parents else d
+        if holder.get(key, default) == default:
+            holder.pop(key, None)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -36,6 +36,9 @@ class TrainConfig:
                 "lr", "grad_clip", "seed", "log_every"]
     #: where a run executes, not what it computes: left out of a sweep run's identity hash
     RUNTIME = ["device"]
+    #: fields added after sweeps existed, with their defaults: a sweep run id leaves them out while
+    #: they keep that default (lengen.sweeps.spec.run_id), so old sweep folders resume
+    ADDED_FIELDS = {}
 
     def to_dict(self) -> dict:
         return asdict(self)
