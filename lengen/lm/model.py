@@ -23,9 +23,7 @@ class DecoderStack(Transformer):
     """The core Transformer with DecoderAttention in every block (same parameter names)."""
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        for i, block in enumerate(self.blocks):
-            block.attn = DecoderAttention(cfg, i, self.pe)
+        super().__init__(cfg, attention=DecoderAttention)
 
     def forward(self, x: torch.Tensor, pos_q: torch.Tensor, pos_k: torch.Tensor | None = None,
                 cache: RawKVCache | None = None, method: Any = None) -> torch.Tensor:

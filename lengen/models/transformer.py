@@ -13,10 +13,10 @@ from lengen.models.logit_scaling import check_logit_scale
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int, pe):
+    def __init__(self, cfg: ModelConfig, layer: int, pe, attention: type[SelfAttention] = SelfAttention):
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
-        self.attn = SelfAttention(cfg, layer, pe)
+        self.attn = attention(cfg, layer, pe)
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
@@ -31,15 +31,16 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embeddings in, hidden states out. `pos` is [1, T] or [B, T], integer or float."""
+    """Embeddings in, hidden states out. `pos` is [1, T] or [B, T], integer or float. `attention`
+    is the attention module of every block (a SelfAttention subclass: the LM's DecoderAttention)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, attention: type[SelfAttention] = SelfAttention):
         super().__init__()
         cfg.validate()
         check_logit_scale(cfg)
         self.cfg = cfg
         self.pe = build_encoding(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, i, self.pe) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i, self.pe, attention) for i in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.drop = Dropout(cfg.dropout)
 
