@@ -4,6 +4,10 @@ and lengen.lm.options, so the command line, presets and sweep files set configs 
 
 from __future__ import annotations
 
+import typing
+
+from lengen.errors import LengenError
+
 
 def set_path(target: dict, dotted: str, value) -> None:
     """target["a"]["b"] = value for dotted "a.b" (intermediate dicts created)."""
@@ -17,3 +21,44 @@ def get_path(source: dict, dotted: str):
     for key in dotted.split("."):
         source = source[key]
     return source
+
+
+def coerce_value(name: str, value, kind):
+    """`value` as type `kind` (a field's type hint: int, float, str, bool, dict, or X | None) for
+    option `name`, or LengenError. Accepts what YAML gives: ints for floats, and numeric strings
+    for floats (YAML 1.1 reads `1e-4` as a string). A list type takes a list (or one value)."""
+    if typing.get_origin(kind) is list:
+        (item,) = typing.get_args(kind)
+        values = value if isinstance(value, list) else [value]
+        return [coerce_value(f"{name}[{i}]", v, item) for i, v in enumerate(values)]
+    allowed = typing.get_args(kind) or (kind,)
+    if value is None:
+        if type(None) in allowed:
+            return None
+        raise LengenError(f"{name} cannot be null")
+    if bool in allowed:
+        if isinstance(value, bool):
+            return value
+        raise LengenError(f"{name} must be true or false, got {value!r}")
+    if int in allowed:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise LengenError(f"{name} must be an integer, got {value!r}")
+    if float in allowed:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise LengenError(f"{name} must be a number, got {value!r}")
+    if dict in allowed:
+        if isinstance(value, dict):
+            return {str(k).replace("-", "_"): v for k, v in value.items()}
+        raise LengenError(f"{name} must be a mapping of KEY: VALUE, got {value!r}")
+    if str in allowed:
+        if isinstance(value, str):
+            return value
+        raise LengenError(f"{name} must be a string, got {value!r}")
+    return value

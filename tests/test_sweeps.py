@@ -118,7 +118,7 @@ def test_varying_columns_name_what_differs_and_flatten_options():
 # -- invalid files ------------------------------------------------------------------------------
 
 BAD_FILES = {
-    "unknown option": ({"grid": {"sed": [0, 1]}}, "unknown option 'sed' (did you mean 'seed'?)"),
+    "unknown option": ({"grid": {"sed": [0, 1]}}, "unknown `lengen train` option 'sed' (did you mean 'seed'?)"),
     "wrong type": ({"grid": {"steps": [10, "many"]}}, "grid.steps[1]: steps must be an integer"),
     "float for int": ({"grid": {"seed": [0]}, "fixed": {"steps": 2.5}}, "steps must be an integer"),
     "learned with float positions": (
@@ -167,7 +167,7 @@ def test_every_problem_is_reported_at_once(tmp_path, capsys):
     spec = write_spec(tmp_path / "s.yaml", {"sed": [0], "steps": ["x"]})
     assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "unknown option 'sed'" in err and "steps must be an integer" in err
+    assert "unknown `lengen train` option 'sed'" in err and "steps must be an integer" in err
 
 
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path, capsys):

@@ -26,6 +26,14 @@ A sweep file (YAML) holds `lengen train` options (dashes or underscores):
   exclude:                  # combinations to skip (a list value means any of them)
     - {pe: none, positions: randomized}
 
+With `command: lm` the options are `lengen lm train`'s, and an `eval:` section holds `lengen lm
+eval` options for every run (RoPE methods apply to the RoPE runs, the others are evaluated plainly):
+  command: lm
+  grid: {pe: [rope, alibi, fire], seed: [0, 1, 2]}
+  fixed: {train_length: 128, steps: 1200}
+  eval: {lengths: [128, 256, 512, 1024], methods: [rope, "yarn:factor=8"]}
+Results: OUT/results.csv and OUT/ppl_by_length.csv (run_id, method, length, ppl). See docs/sweeps.md.
+
 Each run lives in OUT/runs/<id>/ (a `lengen train` run directory; the id hashes its whole config).
 Kill a sweep at any time and rerun the same command: finished runs are skipped, interrupted ones
 resume from their last checkpoint, failed ones are retried. OUT/results.csv (one row per finished
@@ -108,7 +116,8 @@ def run(args) -> int:
         return 0
     counts = run_sweep(spec, args.out, opts)
     print(f"sweep {spec.name}: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending")
-    print(f"results: {args.out}/results.csv ({counts['results']} rows), {args.out}/accuracy_by_length.csv")
+    first, *rest = spec.kind.tables
+    print(f"results: {args.out}/{first} ({counts['results']} rows)" + "".join(f", {args.out}/{t}" for t in rest))
     if counts["failed"]:
         print(f"see `lengen sweep status {args.out}`; rerun the same command to retry the failed runs")
         return 1

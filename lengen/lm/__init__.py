@@ -1,9 +1,9 @@
 """Decoder-only byte-level language models: a KV cache of un-rotated keys, training-free RoPE
 extrapolation at evaluation time, training (lengen.lm.train) and evaluation (lengen.lm.evaluate)."""
 
+from lengen.data.tokenizer import ByteTokenizer
 from lengen.lm.cache import DecoderCache
 from lengen.lm.config import LMConfig, default_lm_model
 from lengen.lm.model import DecoderLM
-from lengen.data.tokenizer import ByteTokenizer
 
 __all__ = ["ByteTokenizer", "DecoderCache", "DecoderLM", "LMConfig", "default_lm_model"]

@@ -39,6 +39,10 @@ class LMConfig:
     #: `precision` are not: a run may resume on another device or in another numeric mode.
     IDENTITY = ["model", "corpus", "val_fraction", "train_length", "steps", "batch_size", "lr", "warmup",
                 "weight_decay", "grad_clip", "seed", "log_every"]
+    #: where a run executes, not what it computes: left out of a sweep run's identity hash
+    RUNTIME = ["device"]
+    #: fields added after LM sweeps existed, with their defaults (lengen.sweeps.spec.run_id)
+    ADDED_FIELDS = {}
 
     def __post_init__(self):
         self.model.train_tokens = self.train_length  # log-n scalings and methods read it from the model
@@ -47,7 +51,7 @@ class LMConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict, where: str | None = None) -> "LMConfig":
+    def from_dict(cls, d: dict, where: str | None = None) -> LMConfig:
         """`where` (a run directory) prefixes the error messages."""
         prefix = f"{where}: " if where else ""
         d = dict(d)

@@ -8,16 +8,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from lengen.progress import progress_bar
 
 from lengen.data import load_corpus, long_sequences
+from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
-from lengen.lm.methods import default_methods, resolve_methods
+from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
-from lengen.data.tokenizer import ByteTokenizer
-from lengen.protocols import last_segment_perplexity, passkey_accuracy, perplexity_vs_length, write_results
+from lengen.progress import progress_bar
+from lengen.protocols import (
+    last_segment_perplexity,
+    passkey_accuracy,
+    perplexity_vs_length,
+    write_results,
+)
 from lengen.training.run_dir import RunDir
 
 PROTOCOLS = ("ppl", "last-segment", "passkey")
@@ -124,16 +129,20 @@ def _ppl_rows(model, methods, ecfg: LMEvalConfig, cfg: LMConfig, meta: dict, bar
 
 
 def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | None = None,
-                progress: bool = True) -> dict:
+                progress: bool = True, plain_for_non_rope: bool = False) -> dict:
     """Evaluate every method at every length; write results.csv, results.json and the plot into
     out_dir (default RUN_DIR/eval-PROTOCOL). Returns rows, the markdown table and the paths.
-    The model runs on ecfg.device in ecfg.precision; token ids are moved to it per forward pass."""
+    The model runs on ecfg.device in ecfg.precision; token ids are moved to it per forward pass.
+    `plain_for_non_rope` (sweeps over encodings): a non-RoPE model is evaluated with "base" only,
+    instead of refusing the RoPE methods."""
     device = resolve_device(ecfg.device)  # a missing GPU fails before the model is loaded
     check_precision(ecfg.precision)
     cfg, model = load_run(run_dir, device)
     ecfg.validate(cfg.train_length)
     if not ecfg.methods:
         ecfg.methods = default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
+    if plain_for_non_rope:
+        ecfg.methods = sweep_methods(ecfg.methods, model.is_rope)
     methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
     out_dir = Path(out_dir) if out_dir else Path(run_dir) / f"eval-{ecfg.protocol}"
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}

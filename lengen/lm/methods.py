@@ -12,7 +12,6 @@ from lengen.errors import LengenError
 from lengen.extrapolation import is_plain
 
 
-
 @dataclass
 class ResolvedMethod:
     label: str        # as given (or "base" for plain evaluation of a non-RoPE model)
@@ -29,6 +28,12 @@ def default_methods(is_rope: bool, train_length: int, max_length: int) -> list[s
     if factor <= 1:
         return ["rope"]
     return ["rope", f"pi:factor={factor}", f"ntk:factor={factor}", f"yarn:factor={factor}", "rerope", "self_extend"]
+
+
+def sweep_methods(specs: list[str], is_rope: bool) -> list[str]:
+    """The methods a sweep evaluates a run with: all of `specs` for a RoPE model; for any other
+    model only the plain evaluation ("base"), since every other method needs RoPE."""
+    return list(specs) if is_rope else ["base"]
 
 
 def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:

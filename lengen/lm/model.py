@@ -5,15 +5,16 @@ vocabulary logits. Supports a KV cache and, for RoPE models, training-free extra
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from lengen.encodings.rope import RopeEncoding
 from lengen.errors import LengenError
-from lengen.lm.attention import DecoderAttention, DecoderContext, RopeRuntime
 from lengen.extrapolation.cache import RawKVCache
+from lengen.lm.attention import DecoderAttention, DecoderContext, RopeRuntime
 from lengen.lm.cache import DecoderCache
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer

@@ -3,9 +3,13 @@ the one function that turns options into an LMConfig."""
 
 from __future__ import annotations
 
+import functools
+import typing
+
 from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
-from lengen.options import set_path
+from lengen.models.config import ModelConfig
+from lengen.options import coerce_value, get_path, set_path
 
 # option name -> LMConfig path ("model." prefix: ModelConfig)
 LM_OPTIONS = {
@@ -17,6 +21,24 @@ LM_OPTIONS = {
     "grad_clip": "grad_clip", "seed": "seed", "checkpoint_every": "checkpoint_every",
     "log_every": "log_every", "val_windows": "val_windows", "device": "device", "precision": "precision",
 }
+
+
+@functools.cache
+def _field_types() -> dict[str, object]:
+    hints = {**{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
+             **typing.get_type_hints(LMConfig)}
+    return {opt: hints[path] for opt, path in LM_OPTIONS.items()}
+
+
+def coerce_lm_option(name: str, value):
+    """`value` as the type option `name` takes, or LengenError (lengen.options.coerce_value)."""
+    return coerce_value(name, value, _field_types()[name])
+
+
+def lm_option_values(cfg: LMConfig) -> dict:
+    """Every option's value in a config, by option name (for results tables)."""
+    d = cfg.to_dict()
+    return {name: get_path(d, path) for name, path in LM_OPTIONS.items()}
 
 
 def lm_config_from_options(options: dict) -> LMConfig:

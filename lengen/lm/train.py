@@ -11,6 +11,7 @@ checkpoint, so a step never waits for the GPU."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,16 @@ import torch.nn.functional as F
 
 from lengen import io
 from lengen.data import consecutive_windows, load_corpus, sample_windows
-from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
+from lengen.data.tokenizer import ByteTokenizer
+from lengen.devices import (
+    precision_context,
+    resolve_device,
+    restore_rng_state,
+    rng_state,
+    to_device,
+)
 from lengen.lm.config import LMConfig
 from lengen.lm.model import DecoderLM
-from lengen.data.tokenizer import ByteTokenizer
 from lengen.progress import progress_bar
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
 from lengen.training.optim import fused_optimizer_ok
@@ -72,8 +79,10 @@ def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
             "val_tokens": model_pt.tokens, "train_length": cfg.train_length}
 
 
-def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
-    """Train (or resume) the run in `out`; write eval.json; return its record."""
+def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
+             on_log: Callable[[int, dict], None] | None = None) -> dict:
+    """Train (or resume) the run in `out`; write eval.json; return its record. `on_log(step, row)`
+    is called with every metrics row (sweeps report progress through it)."""
     cfg.validate()
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is loaded or written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
@@ -125,6 +134,8 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
             row = session.add_row({"step": step, "loss": loss_sum.item() / loss_count,  # the host sync of a row
                                    "lr": lr_at(step - 1, cfg), "tokens": step * cfg.batch_size * cfg.train_length})
             bar.set_postfix(loss=f"{row['loss']:.3f}", ppl=f"{math.exp(row['loss']):.2f}")
+            if on_log is not None:
+                on_log(step, row)
             loss_sum.zero_()
             loss_count = 0
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -132,7 +143,10 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True) -> dict:
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()
+    train_seconds = session.elapsed()
+    last = session.metrics[-1] if session.metrics else {}
     record = {**validate(model, corpus, cfg), "steps": session.step, "parameters": model.num_parameters(),
-              "pe": cfg.model.pe, "corpus": corpus.summary()}
+              "pe": cfg.model.pe, "corpus": corpus.summary(), "train_loss": last.get("loss"),
+              "train_seconds": round(train_seconds, 3)}
     io.write_json(run.file(EVAL_FILE), record)
     return record

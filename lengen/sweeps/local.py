@@ -23,10 +23,10 @@ def _init_worker(threads: int, devices: list[str], counter) -> None:
     _device = devices[index % len(devices)]
 
 
-def _execute(sweep_path: str, run_id: str, config: dict) -> dict:
+def _execute(sweep_path: str, run_id: str, job: dict) -> dict:
     from lengen.sweeps.worker import execute
 
-    return execute(sweep_path, run_id, config, _device)
+    return execute(sweep_path, run_id, job, _device)
 
 
 def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, on_tick) -> None:
@@ -37,8 +37,8 @@ def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, 
     from lengen.sweeps.worker import execute
 
     torch.set_num_threads(threads)
-    for run_id, config in jobs:
-        on_result(execute(sweep_path, run_id, config, device))
+    for run_id, job in jobs:
+        on_result(execute(sweep_path, run_id, job, device))
         on_tick()
 
 
@@ -57,7 +57,7 @@ def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[s
         counter = ctx.Value("i", 0)
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=ctx,
                                    initializer=_init_worker, initargs=(threads, devices, counter))
-        futures = {pool.submit(_execute, sweep_path, run_id, config): (run_id, config) for run_id, config in todo}
+        futures = {pool.submit(_execute, sweep_path, run_id, job): (run_id, job) for run_id, job in todo}
         broken = False
         try:
             while futures:

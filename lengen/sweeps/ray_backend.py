@@ -20,7 +20,7 @@ def _import_ray():
     return ray
 
 
-def _execute(sweep_path: str, run_id: str, config: dict, device: str, threads: int) -> dict:
+def _execute(sweep_path: str, run_id: str, job: dict, device: str, threads: int) -> dict:
     import torch
 
     from lengen.sweeps.worker import execute
@@ -28,7 +28,7 @@ def _execute(sweep_path: str, run_id: str, config: dict, device: str, threads: i
     torch.set_num_threads(threads)
     if device.startswith("cuda"):
         device = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned: that is cuda:0
-    return execute(sweep_path, run_id, config, device)
+    return execute(sweep_path, run_id, job, device)
 
 
 def connect(address: str | None, num_cpus: int | None = None):
@@ -51,7 +51,7 @@ def run_ray(jobs, sweep_path: str, address: str | None, device: str, threads: in
     task = ray.remote(_execute).options(num_cpus=threads, num_gpus=1.0 / runs_per_gpu if use_gpu else 0,
                                         max_retries=MAX_RETRIES, retry_exceptions=False)
     run_device = "cuda" if use_gpu else "cpu"
-    refs = {task.remote(sweep_path, run_id, config, run_device, threads): run_id for run_id, config in jobs}
+    refs = {task.remote(sweep_path, run_id, job, run_device, threads): run_id for run_id, job in jobs}
     while refs:
         done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=tick_seconds, fetch_local=True)
         for ref in done:

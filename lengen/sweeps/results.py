@@ -28,21 +28,22 @@ def _flat(name: str, value) -> dict:
     return {name: value}
 
 
-def _flat_options(cfg) -> dict:
-    """Every option of a config, mapping options flattened (pe_options.base)."""
+def flat_options(cfg, values=option_values) -> dict:
+    """Every option of a config (`values(cfg)`: option -> value), mapping options flattened
+    (pe_options.base)."""
     out: dict = {}
-    for name, value in option_values(cfg).items():
+    for name, value in values(cfg).items():
         out.update(_flat(name, value))
     return out
 
 
-def varying_columns(runs) -> list[str]:
+def varying_columns(runs, options=TRAIN_OPTIONS, values=option_values, base=BASE_COLUMNS) -> list[str]:
     """Options (dict options flattened as name.key) whose value differs between runs, not already
-    a base column, in TRAIN_OPTIONS order."""
-    per_run = [option_values(r.config) for r in runs]  # one config walk per run
+    a base column, in `options` order. `values(cfg)` gives a config's options by name."""
+    per_run = [values(r.config) for r in runs]  # one config walk per run
     columns: list[str] = []
-    for name in TRAIN_OPTIONS:
-        if name in _HIDDEN or name in BASE_COLUMNS:
+    for name in options:
+        if name in _HIDDEN or name in base:
             continue
         values = [_flat(name, options[name]) for options in per_run]
         keys = sorted({k for v in values for k in v})
@@ -64,7 +65,7 @@ class ResultsWriter:
     def config_row(self, run) -> dict:
         """What the config says of a run (finished or not): identity, base options, varying options."""
         cfg = run.config
-        flat = _flat_options(cfg)
+        flat = flat_options(cfg)
         return {"run_id": run.run_id, "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
                 "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "train_length": cfg.train_length,
                 "max_length": cfg.max_length, **{c: flat.get(c) for c in self.extra}}

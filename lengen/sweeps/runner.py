@@ -14,9 +14,9 @@ from lengen import io
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
 from lengen.progress import progress_bar
-from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.spec import SweepSpec, expand
 from lengen.sweeps.sweep_dir import SweepDir
+from lengen.sweeps.worker import job
 
 REBUILD_EVERY_S = 60.0  # results tables are rebuilt this often during a sweep, and at its end
 
@@ -71,7 +71,7 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     """Run every unfinished run of `spec` in `out`; returns the counts by state."""
     opts.validate()
     runs = expand(spec)  # every problem of the file, before anything is written
-    sweep = SweepDir(out)
+    sweep = SweepDir(out, spec.kind.done_file(spec.evaluation))
     sweep.check_writable()
     if opts.backend == "local":
         devices = plan_devices(opts.device)
@@ -87,8 +87,8 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     if busy:
         raise LengenError(f"{len(busy)} runs of this sweep are running in another process (e.g. "
                           f"{busy[0]}); wait for it or stop it first")
-    jobs = [(r.run_id, r.config.to_dict()) for r in runs if states[r.run_id] != "done"]
-    writer = ResultsWriter(sweep, runs)
+    jobs = [(r.run_id, job(spec, r)) for r in runs if states[r.run_id] != "done"]
+    writer = spec.kind.results_writer(sweep, runs, spec.evaluation)
     counts = {"done": len(runs) - len(jobs), "failed": 0}
     where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")

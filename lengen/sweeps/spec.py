@@ -1,5 +1,7 @@
 """Sweep files: a YAML mapping whose `grid` lists values of `lengen train` options (the sweep is
-their cross product), `fixed` sets single values, and `exclude` drops combinations.
+their cross product), `fixed` sets single values, and `exclude` drops combinations. With
+`command: lm` the options are `lengen lm train`'s and an `eval:` section holds `lengen lm eval`
+options (lengen.sweeps.kinds.lm).
 
     name: ruoss-mini
     grid:
@@ -12,7 +14,7 @@ their cross product), `fixed` sets single values, and `exclude` drops combinatio
     exclude:
       - {pe: none, positions: randomized}     # no positions to randomize
 
-Every grid point becomes a TrainConfig; its run id is a hash of that whole config (less where it
+Every grid point becomes a config (TrainConfig, LMConfig); its run id is a hash of that whole config (less where it
 runs: the device), so the same run gets the same id from any file, in any key order. Every
 problem of a file (unknown option, wrong type, impossible combination) is found before anything
 runs and reported together, each with the grid point that causes it.
@@ -20,7 +22,6 @@ runs and reported together, each with the grid point that causes it.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import hashlib
 import itertools
@@ -30,16 +31,9 @@ from pathlib import Path
 
 from lengen.errors import LengenError
 from lengen.options import get_path
-from lengen.training.config import TrainConfig
-from lengen.training.options import TRAIN_OPTIONS, coerce_option, config_from_options
+from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 
-TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude")
-#: options a sweep file may set: every `lengen train` option but where it runs (a `sweep run` flag)
-SWEEP_OPTIONS = sorted((set(TRAIN_OPTIONS) - {"device"}) | {"preset"})
-#: fields that cannot make a config invalid in a way only the model build finds (checked once per
-#: remaining combination, so a 5,850-run grid builds ~165 models to validate, not 5,850)
-_CHEAP_FIELDS = ("seed", "lr", "grad_clip", "steps", "eval_samples", "eval_seed", "checkpoint_every",
-                 "log_every", "precision", "device")
+TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude", "eval")
 
 
 class SweepSpecError(LengenError):
@@ -50,7 +44,7 @@ class SweepSpecError(LengenError):
 class SweepRun:
     run_id: str
     point: dict           # this run's grid values, option -> value, in grid order
-    config: TrainConfig
+    config: object        # TrainConfig (command: train) or LMConfig (command: lm)
 
 
 @dataclass
@@ -61,10 +55,19 @@ class SweepSpec:
     exclude: list[dict] = field(default_factory=list)
     description: str = ""
     source: str = ""      # the YAML text, kept with the results
+    command: str = "train"                # lengen.sweeps.kinds
+    evaluation: dict | None = None        # command: lm: the `eval:` section (lengen lm eval options)
+
+    @property
+    def kind(self) -> SweepKind:
+        return KINDS[self.command]
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "description": self.description, "grid": self.grid, "fixed": self.fixed,
-                "exclude": self.exclude}
+        d = {"name": self.name, "description": self.description, "grid": self.grid, "fixed": self.fixed,
+             "exclude": self.exclude}
+        if self.command != "train":
+            d.update(command=self.command, eval=self.evaluation)
+        return d
 
 
 def run_id(cfg) -> str:
@@ -81,27 +84,24 @@ def run_id(cfg) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _option_name(key, where: str, errors: list[str]) -> str | None:
+def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | None:
     name = str(key).replace("-", "_")
     if name == "device":
         errors.append(f"{where}: 'device' is where a sweep runs, not what it computes: give "
                       "--device to `lengen sweep run`")
         return None
-    if name not in SWEEP_OPTIONS:
-        close = difflib.get_close_matches(name, SWEEP_OPTIONS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f"; valid: {', '.join(SWEEP_OPTIONS)}"
-        errors.append(f"{where}: unknown option {key!r}{hint}")
+    valid = kind.options()
+    if name not in valid:
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f"; valid: {', '.join(valid)}"
+        errors.append(f"{where}: unknown `{kind.command}` option {key!r}{hint}")
         return None
     return name
 
 
-def _coerce(name: str, value, where: str, errors: list[str]):
-    if name == "preset":
-        if not isinstance(value, str):
-            errors.append(f"{where}: preset must be a preset name, got {value!r}")
-        return value
+def _coerce(kind: SweepKind, name: str, value, where: str, errors: list[str]):
     try:
-        return coerce_option(name, value)
+        return kind.coerce(name, value)
     except LengenError as e:
         errors.append(f"{where}: {e}")
         return value
@@ -118,8 +118,11 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
             errors.append(f"{where}: unknown top-level key {key!r}; valid: {', '.join(TOP_LEVEL)} "
                           "(options go under `grid:` or `fixed:`)")
     command = data.get("command", "train")
-    if command != "train":
-        errors.append(f"{where}: command {command!r} is not supported; valid: train")
+    kind = get_kind(command)
+    if kind is None:
+        errors.append(f"{where}: command {command!r} is not supported; valid: {', '.join(KINDS)}")
+        kind = KINDS["train"]
+    evaluation = kind.parse_eval(data.get("eval"), errors)
     grid_in, fixed_in = data.get("grid") or {}, data.get("fixed") or {}
     if not isinstance(grid_in, dict):
         errors.append(f"{where}: `grid` must map options to lists of values")
@@ -129,16 +132,16 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         fixed_in = {}
     grid: dict[str, list] = {}
     for key, values in grid_in.items():
-        name = _option_name(key, f"grid.{key}", errors)
+        name = _option_name(kind, key, f"grid.{key}", errors)
         if name is None:
             continue
         if not isinstance(values, list) or not values:
             errors.append(f"grid.{key}: must be a non-empty list (a single value goes under `fixed`)")
             continue
-        grid[name] = [_coerce(name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
+        grid[name] = [_coerce(kind, name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
     fixed: dict = {}
     for key, value in fixed_in.items():
-        name = _option_name(key, f"fixed.{key}", errors)
+        name = _option_name(kind, key, f"fixed.{key}", errors)
         if name is None:
             continue
         if name in grid:
@@ -147,7 +150,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         if isinstance(value, list):
             errors.append(f"fixed.{key}: a list belongs under `grid` (fixed values are single)")
             continue
-        fixed[name] = _coerce(name, value, f"fixed.{key}", errors)
+        fixed[name] = _coerce(kind, name, value, f"fixed.{key}", errors)
     exclude = []
     rules = data.get("exclude") or []
     if not isinstance(rules, list):
@@ -165,16 +168,17 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
                               f"grid options: {', '.join(grid) or 'none'}")
                 continue
             values = value if isinstance(value, list) else [value]
-            parsed[name] = [_coerce(name, v, f"exclude[{i}].{key}", errors) for v in values]
+            parsed[name] = [_coerce(kind, name, v, f"exclude[{i}].{key}", errors) for v in values]
         exclude.append(parsed)
     if not grid and not errors:
         errors.append(f"{where}: `grid` is empty; list at least one option's values "
-                      "(for a single run use `lengen train`)")
+                      f"(for a single run use `{kind.command}`)")
     if errors:
         raise SweepSpecError("\n".join(errors))
     name = data.get("name") or "sweep"
     return SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
-                     description=str(data.get("description") or ""), source=source)
+                     description=str(data.get("description") or ""), source=source, command=command,
+                     evaluation=evaluation)
 
 
 def load_spec(source: str | Path) -> SweepSpec:
@@ -213,28 +217,22 @@ def _short(point: dict) -> str:
 def expand(spec: SweepSpec) -> list[SweepRun]:
     """The runs of a sweep, in grid order (the first grid key varies slowest), duplicates dropped;
     SweepSpecError listing every point that cannot run."""
-    from lengen.training.setup import build_run
-
+    kind = spec.kind
     keys = list(spec.grid)
     runs: list[SweepRun] = []
     seen: set[str] = set()
     problems: dict[str, list[dict]] = {}
-    built: dict[str, str | None] = {}
+    built: dict[str, str | None] = {}  # structural key -> None (builds) or the error
     for values in itertools.product(*(spec.grid[k] for k in keys)):
         point = dict(zip(keys, values))
         if _excluded(point, spec.exclude):
             continue
-        options = {**spec.fixed, **point}
-        preset = options.pop("preset", None)
         try:
-            cfg = config_from_options(options, preset=preset)
-            cfg.validate()
-            check = copy.deepcopy(cfg)
-            structural = json.dumps({k: v for k, v in check.to_dict().items() if k not in _CHEAP_FIELDS},
-                                    sort_keys=True)
+            cfg = kind.config({**spec.fixed, **point})
+            structural = kind.structural_key(cfg)
             if structural not in built:
                 try:
-                    build_run(check)
+                    kind.check(cfg, spec.evaluation)
                     built[structural] = None
                 except LengenError as e:
                     built[structural] = str(e)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from lengen.errors import LengenError
 from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 
 def sweep_status(path) -> dict:
     """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
     "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint}."""
-    sweep = SweepDir(path)
-    index = sweep.read_index()
+    from lengen.sweeps.spec import parse_spec
+
+    index = SweepDir(path).read_index()
+    try:
+        spec = parse_spec(index["spec"], where=str(path))
+        sweep = SweepDir(path, spec.kind.done_file(spec.evaluation))
+    except LengenError:  # a file this lengen no longer reads: CHE's done file
+        sweep = SweepDir(path)
     counts = {s: 0 for s in STATES}
     failed, running, resumable = [], [], 0
     for run in index["runs"]:

@@ -3,7 +3,7 @@ the results tables rebuilt from those run directories (the single source of trut
 
     DIR/sweep.yaml              the sweep file as given
     DIR/sweep.json              name, options and the runs (id and grid point), in grid order
-    DIR/runs/<id>/              a `lengen train` run directory, nothing else
+    DIR/runs/<id>/              a `lengen train` (`lengen lm train`) run directory
     DIR/state/<id>.lock         held (flock) by the process running the run; released when it dies
     DIR/state/<id>.progress.json  the run's latest metrics row while it trains
     DIR/state/<id>.failure.json   its last failure (one-line error, type); removed on success
@@ -11,7 +11,8 @@ the results tables rebuilt from those run directories (the single source of trut
     DIR/results.csv             one row per finished run
     DIR/accuracy_by_length.csv  run_id, length, accuracy
 
-A run is done when eval.json exists (written last), running while its lock is held, failed when
+A run is done when its done file exists (written last: eval.json for CHE runs, the evaluation's
+sweep-eval-<hash>.json for language models, lengen.sweeps.kinds), running while its lock is held, failed when
 its failure file exists, pending otherwise (possibly with a checkpoint to resume from).
 """
 
@@ -32,8 +33,9 @@ class SweepDir:
     SPEC = "sweep.yaml"
     INDEX = "sweep.json"
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, done_file: str = "eval.json"):
         self.path = Path(path)
+        self.done_file = done_file
 
     def run_path(self, run_id: str) -> Path:
         return self.path / "runs" / run_id
@@ -73,7 +75,7 @@ class SweepDir:
                               "with the sweep file to rewrite it") from None
 
     def state(self, run_id: str) -> str:
-        if (self.run_path(run_id) / "eval.json").exists():
+        if (self.run_path(run_id) / self.done_file).exists():
             return "done"
         if is_locked(self.state_file(run_id, "lock")):
             return "running"

@@ -1,0 +1,20 @@
+"""What a sweep runs, by its file's `command:`: `train` (CHE runs, `lengen train` options) or `lm`
+(language models, `lengen lm train` options plus an `eval:` section of `lengen lm eval` options).
+A kind knows its options, how a grid point becomes a config and is checked, how one run is
+executed, when it is done and how its results tables are written. Adding a kind is one module and
+one line here."""
+
+from __future__ import annotations
+
+from lengen.sweeps.kinds.base import SweepKind
+from lengen.sweeps.kinds.che import CHE
+from lengen.sweeps.kinds.lm import LM
+
+KINDS: dict[str, SweepKind] = {CHE.name: CHE, LM.name: LM}
+
+
+def get_kind(command) -> SweepKind | None:
+    return KINDS.get(command) if isinstance(command, str) else None
+
+
+__all__ = ["KINDS", "SweepKind", "get_kind"]

@@ -1,0 +1,165 @@
+"""`command: lm`: language-model runs. The grid holds `lengen lm train` options; the file's `eval:`
+section holds `lengen lm eval` options applied to every run once it is trained:
+
+    command: lm
+    grid: {pe: [rope, alibi, fire], seed: [0, 1, 2]}
+    fixed: {train_length: 128, steps: 1000}
+    eval: {protocol: ppl, lengths: [128, 256, 512, 1024], methods: [rope, "yarn:factor=8"]}
+
+RoPE-only methods (everything but the plain `rope`/`base`) apply to RoPE runs; every other run is
+evaluated plainly (`base`). The evaluation is not part of a run's id: changing the `eval:` section
+re-evaluates the trained runs (the done file's name hashes the section) without retraining them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import time
+import typing
+
+from lengen.errors import LengenError
+from lengen.sweeps.kinds.base import SweepKind
+
+#: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
+EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "max_new_tokens",
+             "batch_size", "precision")
+
+
+def _eval_types() -> dict:
+    from lengen.lm.evaluate import LMEvalConfig
+
+    hints = typing.get_type_hints(LMEvalConfig)
+    return {k: hints[k] for k in EVAL_KEYS}
+
+
+class LMKind(SweepKind):
+    name = "lm"
+    command = "lengen lm train"
+    tables = ("results.csv", "ppl_by_length.csv")
+    cheap_fields = ("seed", "lr", "steps", "warmup", "weight_decay", "grad_clip", "checkpoint_every",
+                    "log_every", "val_windows", "precision", "device")
+
+    def options(self) -> list[str]:
+        from lengen.lm.options import LM_OPTIONS
+
+        return sorted(set(LM_OPTIONS) - {"device"})
+
+    def coerce(self, name: str, value):
+        from lengen.lm.options import coerce_lm_option
+
+        return coerce_lm_option(name, value)
+
+    def config(self, options: dict):
+        from lengen.lm.options import lm_config_from_options
+
+        cfg = lm_config_from_options(options)
+        cfg.validate()
+        return cfg
+
+    def config_from_dict(self, d: dict):
+        from lengen.lm.config import LMConfig
+
+        return LMConfig.from_dict(d)
+
+    def parse_eval(self, raw, errors: list[str]) -> dict | None:
+        from lengen.devices import check_precision
+        from lengen.extrapolation import split_methods
+        from lengen.options import coerce_value
+        from lengen.protocols.options import USED_BY, check_protocol_options
+
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            errors.append("eval: must map `lengen lm eval` options to values, e.g. {protocol: ppl, "
+                          "lengths: [256, 512]}")
+            return {}
+        types, settings, before = _eval_types(), {}, len(errors)
+        for key, value in raw.items():
+            name = str(key).replace("-", "_")
+            if name == "device":
+                errors.append("eval.device: where a sweep runs is a `lengen sweep run --device` flag")
+                continue
+            if name not in types:
+                errors.append(f"eval.{key}: unknown `lengen lm eval` option; valid: {', '.join(EVAL_KEYS)}")
+                continue
+            if name == "methods" and isinstance(value, str):
+                value = split_methods(value)
+            try:
+                settings[name] = coerce_value(name, value, types[name])
+            except LengenError as e:
+                errors.append(f"eval.{key}: {e}")
+        if len(errors) > before:
+            return settings
+        try:
+            protocol = settings.get("protocol", "ppl")
+            check_protocol_options(protocol, **{k: settings.get(k) for k in USED_BY if k != "corpus"})
+            if "precision" in settings:
+                check_precision(settings["precision"])
+            if "lengths" in settings and (not settings["lengths"] or min(settings["lengths"]) < 1):
+                raise LengenError(f"lengths must be >= 1, got {settings['lengths']}")
+            if "max_new_tokens" in settings and settings["max_new_tokens"] < 1:
+                raise LengenError(f"max_new_tokens must be >= 1, got {settings['max_new_tokens']}")
+        except LengenError as e:
+            errors.append(f"eval: {e}")
+        return settings
+
+    def eval_config(self, evaluation: dict | None, train_length: int, device: str = "cpu"):
+        from lengen.lm.evaluate import LMEvalConfig
+
+        ecfg = LMEvalConfig(**copy.deepcopy(evaluation or {}), device=device)
+        ecfg.validate(train_length)
+        return ecfg
+
+    def check(self, cfg, evaluation) -> None:
+        import torch
+
+        from lengen.data import load_corpus
+        from lengen.data.tokenizer import ByteTokenizer
+        from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
+        from lengen.lm.model import DecoderLM
+
+        ecfg = self.eval_config(evaluation, cfg.train_length)
+        try:
+            with torch.random.fork_rng():  # the check draws no number of anyone's stream
+                model = DecoderLM(copy.deepcopy(cfg.model), ByteTokenizer.vocab_size)
+        except LengenError:
+            raise
+        except (TypeError, ValueError) as e:  # an encoding option of the wrong type or value
+            raise LengenError(f"encoding {cfg.model.pe!r} with options {cfg.model.pe_options}: "
+                              f"{' '.join(str(e).split())}") from None
+        methods = ecfg.methods or default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
+        resolve_methods(sweep_methods(methods, model.is_rope), model)
+        load_corpus(cfg.corpus, cfg.val_fraction)  # a missing corpus fails now (then it is cached)
+
+    def done_file(self, evaluation) -> str:
+        blob = json.dumps(evaluation or {}, sort_keys=True, separators=(",", ":"))
+        return f"sweep-eval-{hashlib.sha256(blob.encode()).hexdigest()[:8]}.json"
+
+    def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
+        from lengen import io
+        from lengen.lm.evaluate import evaluate_lm
+        from lengen.lm.train import EVAL_FILE, train_lm
+
+        if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
+            train_lm(cfg, path, progress=False, on_log=on_log)
+        record = io.read_json(path / EVAL_FILE)
+        ecfg = self.eval_config(evaluation, cfg.train_length, cfg.device)
+        ecfg.precision = (evaluation or {}).get("precision", cfg.precision)
+        start = time.perf_counter()
+        result = evaluate_lm(path, ecfg, out_dir=path / done_file.removesuffix(".json"), progress=False,
+                             plain_for_non_rope=True)
+        io.write_json(path / done_file, {"settings": evaluation or {}, "protocol": ecfg.protocol,
+                                         "metric": result["metric"], "lengths": ecfg.lengths,
+                                         "rows": result["rows"], "device": result["meta"]["device"],
+                                         "eval_seconds": round(time.perf_counter() - start, 3)})
+        return f"val ppl {record.get('val_ppl'):.3f}, {len(result['rows'])} {result['metric']} rows"
+
+    def results_writer(self, sweep, runs, evaluation):
+        from lengen.sweeps.lm_results import LMResultsWriter
+
+        return LMResultsWriter(sweep, runs, self.done_file(evaluation), (evaluation or {}).get("protocol", "ppl"))
+
+
+LM = LMKind()
