@@ -7,7 +7,8 @@ from pathlib import Path
 
 from lengen.cli.options import add_device_arguments, format_table, parse_key_values, set_threads
 from lengen.training.config import TrainConfig
-from lengen.training.options import TRAIN_OPTIONS, config_from_options
+from lengen.models.config import ARCHITECTURES
+from lengen.training.options import TRAIN_OPTIONS, check_given_options, config_from_options
 
 EPILOG = """examples:
   # the seed paper's experiment on one task: standard vs randomized RoPE
@@ -16,6 +17,8 @@ EPILOG = """examples:
   # encoding options and a preset (flags always override the preset)
   lengen train --task parity_check --pe alibi --train-length 20 --max-length 100 --out runs/par
   lengen train --preset ruoss-randomized --task bucket_sort --out runs/bs
+  # the CHE benchmark's recurrent baselines (no --pe/--positions: they read no positions)
+  lengen train --task reverse_string --model stack_rnn --lr 1e-3 --out runs/rev-stack
 
 Interrupt with Ctrl-C and rerun the same command to resume from the last checkpoint.
 The run directory gets config.json, metrics.jsonl, checkpoint.pt, eval.json and accuracy.png.
@@ -40,6 +43,10 @@ def add_parser(sub) -> None:
                    help="test-time positions (default: random for randomized training, else standard)")
     g.add_argument("--max-position", type=int, help="positions are drawn from [0, max_position) (default 2048)")
     g = p.add_argument_group("model (defaults: the seed paper's encoder)")
+    g.add_argument("--model", choices=list(ARCHITECTURES),
+                   help="architecture (transformer); rnn, lstm, stack_rnn and tape_rnn are the CHE benchmark's "
+                        "recurrent baselines: they read no positions, so the position and Transformer flags do not "
+                        "apply to them")
     g.add_argument("--layers", type=int, help="blocks (5)")
     g.add_argument("--heads", type=int, help="attention heads (8)")
     g.add_argument("--d-model", type=int, help="width (64)")
@@ -48,6 +55,11 @@ def add_parser(sub) -> None:
     g.add_argument("--norm", choices=["post", "pre"], help="LayerNorm placement (post)")
     g.add_argument("--logit-scale", help="attention logit scaling: none, log_n, log_n_clipped, log_n_position")
     g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise attention keys")
+    g = p.add_argument_group("recurrent models (--model rnn, lstm, stack_rnn, tape_rnn)")
+    g.add_argument("--hidden-size", type=int, help="state width (256)")
+    g.add_argument("--memory-cell-size", type=int, help="stack / tape cell width, stack_rnn and tape_rnn (8)")
+    g.add_argument("--memory-size", type=int,
+                   help="stack depth / tape length (default: the L + T steps of each sequence)")
     g = p.add_argument_group("optimisation and run")
     g.add_argument("--preset", help="named defaults for a seed experiment (see `lengen presets`)")
     g.add_argument("--steps", type=int, help="training steps (default 10000)")
@@ -68,12 +80,17 @@ def config_from_args(args) -> TrainConfig:
     for key in ("pe_options", "position_options"):
         if key in given:
             given[key] = parse_key_values(given[key], "--" + key.replace("_options", "-option"))
-    return config_from_options(given, preset=getattr(args, "preset", None))
+    cfg = config_from_options(given, preset=getattr(args, "preset", None))
+    check_given_options(given, cfg.model.architecture)  # a flag given on the command line is a request
+    return cfg
 
 
-def print_eval(record: dict) -> None:
-    print(f"\n{record['task']}  pe={record['pe']}  positions={record['positions']}  "
-          f"test positions={record['test_positions']}")
+def print_eval(record: dict, model: str = "transformer") -> None:
+    if model != "transformer":  # a recurrent model: its record's pe and positions are unused defaults
+        print(f"\n{record['task']}  model={model}")
+    else:
+        print(f"\n{record['task']}  pe={record['pe']}  positions={record['positions']}  "
+              f"test positions={record['test_positions']}")
     rows = [[b["lengths"], b["accuracy"]] for b in record["bands"]]
     print(format_table(["lengths", "accuracy"], rows))
     if record["score"] is not None:
@@ -86,8 +103,9 @@ def run(args) -> int:
 
     set_threads(args.threads)
     cfg = config_from_args(args)
-    out = args.out or f"runs/{cfg.task}-{cfg.model.pe}-{cfg.positions}-s{cfg.seed}"
+    variant = cfg.model.architecture if cfg.model.recurrent else f"{cfg.model.pe}-{cfg.positions}"
+    out = args.out or f"runs/{cfg.task}-{variant}-s{cfg.seed}"
     record = train(cfg, out, progress=not args.no_progress)
-    print_eval(record)
+    print_eval(record, cfg.model.architecture)
     print(f"run directory: {Path(out)}  (eval.json, accuracy.png, metrics.jsonl)")
     return 0

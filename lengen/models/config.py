@@ -7,10 +7,41 @@ from dataclasses import dataclass, field
 from lengen.errors import LengenError
 
 
+#: the CHE benchmark's architectures (Deletang et al. 2023): the Transformer and its recurrent baselines
+ARCHITECTURES = ("transformer", "rnn", "lstm", "stack_rnn", "tape_rnn")
+#: the names tables print
+ARCHITECTURE_LABELS = {"transformer": "Transformer", "rnn": "RNN", "lstm": "LSTM", "stack_rnn": "Stack-RNN",
+                       "tape_rnn": "Tape-RNN"}
+#: recurrent models with an external memory (stack or tape)
+MEMORY_ARCHITECTURES = ("stack_rnn", "tape_rnn")
+#: fields only the Transformer reads (train_tokens is filled in by the run setup for every model)
+TRANSFORMER_FIELDS = ("num_layers", "num_heads", "d_model", "d_ff", "dropout", "norm", "causal", "pe", "pe_options",
+                      "max_position", "embed_scale", "logit_scale", "key_norm")
+#: fields only the recurrent models read (the memory ones only the Stack-RNN and Tape-RNN)
+RECURRENT_FIELDS = ("hidden_size", "memory_cell_size", "memory_size")
+MEMORY_FIELDS = ("memory_cell_size", "memory_size")
+
+
+def not_applicable(architecture: str, names) -> str:
+    """The one message for settings the architecture does not read."""
+    names = list(names)
+    verb = "does" if len(names) == 1 else "do"
+    if architecture == "transformer":
+        why = "only the recurrent models read " + ("it" if len(names) == 1 else "them")
+    elif {n.lstrip("-").replace("-", "_") for n in names} <= set(MEMORY_FIELDS):
+        why = "only the Stack-RNN and Tape-RNN have a memory"
+    else:
+        why = "a recurrent model reads one-hot tokens, with no positions and no Transformer layers"
+    return (f"{', '.join(names)} {verb} not apply to model {architecture!r} ({why}); "
+            f"leave {'it' if len(names) == 1 else 'them'} out")
+
+
 @dataclass
 class ModelConfig:
-    """A Transformer stack. Defaults are the seed paper's CHE encoder (about 250k parameters)."""
+    """A Transformer stack (defaults: the seed paper's CHE encoder, about 250k parameters), or one
+    of the CHE benchmark's recurrent baselines (`architecture`; lengen.models.recurrent)."""
 
+    architecture: str = "transformer"  # a name in ARCHITECTURES
     num_layers: int = 5
     num_heads: int = 8
     d_model: int = 64
@@ -28,6 +59,10 @@ class ModelConfig:
     # L0 of RoPE methods. Not TrainConfig.train_length (N, the CHE input length): for a CHE model
     # it is N plus the answer slots, for an LM the window length.
     train_tokens: int | None = None
+    # recurrent models (architecture != "transformer"); defaults: the CHE benchmark's sizes
+    hidden_size: int = 256              # controller / RNN / LSTM state width
+    memory_cell_size: int = 8           # width of a stack or tape cell
+    memory_size: int | None = None      # stack depth / tape length; None: L + T of each forward call
 
     #: keys an older lengen wrote, and what they are called now
     RENAMED = {"train_length": "train_tokens"}
@@ -42,7 +77,34 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
 
+    @property
+    def recurrent(self) -> bool:
+        return self.architecture != "transformer"
+
+    def fields_not_read(self) -> tuple[str, ...]:
+        """The fields this architecture ignores."""
+        if self.architecture == "transformer":
+            return RECURRENT_FIELDS
+        if self.architecture in MEMORY_ARCHITECTURES:
+            return TRANSFORMER_FIELDS
+        return TRANSFORMER_FIELDS + MEMORY_FIELDS
+
+    def inapplicable_fields(self) -> list[str]:
+        """Fields set away from their default that this architecture does not read."""
+        default = ModelConfig()
+        return [n for n in self.fields_not_read() if getattr(self, n) != getattr(default, n)]
+
     def validate(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise LengenError(f"unknown model {self.architecture!r}; valid: {', '.join(ARCHITECTURES)}")
+        extra = self.inapplicable_fields()
+        if extra:
+            raise LengenError(not_applicable(self.architecture, extra))
+        for name in ("hidden_size", "memory_cell_size"):
+            if getattr(self, name) < 1:
+                raise LengenError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.memory_size is not None and self.memory_size < 1:
+            raise LengenError(f"memory_size must be >= 1, got {self.memory_size}")
         if self.d_model % self.num_heads:
             raise LengenError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
         for name in ("num_layers", "num_heads", "d_model", "d_ff", "max_position"):

@@ -6,7 +6,9 @@ A run's *variant* is everything that defines a column of the paper's tables: the
 position sampler and any other option that varies in the sweep, except the task (rows), the
 learning rate and the seed (what the cells maximise or average over). Labels follow the paper:
 `rope` for standard positions, `r_rope` for randomized ones, `rope (equal_mean)` for any other
-sampler, with other varying options appended (`rope, logit_scale=log_n`).
+sampler, with other varying options appended (`rope, logit_scale=log_n`). A recurrent baseline's
+column is its architecture (`Stack-RNN`), after the Transformer's columns, with only the options
+it reads appended (`Stack-RNN, memory_size=64`).
 
 - Table 1: per task and variant, 100 x the max score over learning rates and seeds.
 - Table 4: per task and variant, mean and std (ddof 0) over seeds at the learning rate with the
@@ -19,11 +21,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
 from lengen.tasks import TASK_NAMES, get_task
+from lengen.training.options import options_not_read
 
 #: columns that are never part of a variant
 NOT_VARIANT = {"run_id", "task", "lr", "seed", "score", "accuracy_in_train_range", "seconds", "train_seconds",
-               "eval_seconds", "device", "done", "test_positions", "variant", "variant_order"}
+               "eval_seconds", "device", "done", "test_positions", "variant", "variant_order", "model"}
 LEVELS = ("R", "DCF", "CS")
 STANDARD, RANDOMIZED = "standard", "randomized"
 
@@ -48,7 +52,18 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _architecture(row) -> str:
+    model = row.get("model", "transformer")
+    return "transformer" if pd.isna(model) else str(model)
+
+
 def variant_label(row, columns: list[str]) -> str:
+    arch = _architecture(row)
+    if arch != "transformer":
+        unread = set(options_not_read(arch)) if arch in ARCHITECTURES else set()
+        extra = [f"{c}={_fmt(row[c])}" for c in columns
+                 if c not in ("pe", "positions") and c.split(".")[0] not in unread and pd.notna(row[c])]
+        return ", ".join([ARCHITECTURE_LABELS.get(arch, arch), *extra])
     pe, positions = row["pe"], row["positions"]
     label = f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD else f"{pe} ({positions})"
     extra = [f"{c}={_fmt(row[c])}" for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
@@ -62,6 +77,11 @@ def add_variants(runs: pd.DataFrame) -> pd.DataFrame:
     cols = variant_columns(runs)
     runs["variant"] = [variant_label(r, cols) for _, r in runs.iterrows()]
     group = runs["positions"].map(lambda p: 0 if p == STANDARD else 1 if p == RANDOMIZED else 2)
+    if "model" in runs:  # recurrent baselines after the Transformer, in the benchmark's order
+        arch = runs.apply(_architecture, axis=1)
+        recurrent = arch != "transformer"
+        group = group.where(~recurrent, 3 + arch.map(lambda a: ARCHITECTURES.index(a) if a in ARCHITECTURES
+                                                       else len(ARCHITECTURES)))
     first = {v: i for i, v in reversed(list(enumerate(runs["variant"])))}
     runs["variant_order"] = list(zip(group, runs["variant"].map(first)))
     return runs
@@ -141,7 +161,7 @@ def missing_cells(runs: pd.DataFrame) -> list[tuple[str, str, int, int]]:
 def randomized_gain(table: pd.DataFrame) -> pd.Series:
     """Per task: max over randomized columns minus max over standard columns (the paper's
     "+12.0% on average": its mean over tasks). NaN where a side has no value."""
-    plain = [c for c in table.columns if "," not in c and "(" not in c]
+    plain = [c for c in table.columns if "," not in c and "(" not in c and c not in ARCHITECTURE_LABELS.values()]
     rand = [c for c in plain if c.startswith("r_")]
     std = [c for c in plain if not c.startswith("r_")]
     if not rand or not std:

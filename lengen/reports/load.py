@@ -42,6 +42,7 @@ def load_sweep(path) -> SweepData:
         rows.append({**row, "done": True})
         acc.extend((run.run_id, n, a) for n, a in pairs)
     frame = pd.DataFrame(rows)
+    frame["model"] = [run.config.model.architecture for run in runs]  # a recurrent run's column label
     for col in ("score", "seconds", "train_seconds", "eval_seconds", "accuracy_in_train_range", "test_positions"):
         if col not in frame:
             frame[col] = None

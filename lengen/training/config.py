@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
-from lengen.models.config import ModelConfig
+from lengen.models.config import ARCHITECTURES, ModelConfig, not_applicable
 
 
 @dataclass
@@ -38,7 +38,8 @@ class TrainConfig:
     RUNTIME = ["device"]
     #: fields added after sweeps existed, with their defaults: a sweep run id leaves them out while
     #: they keep that default (lengen.sweeps.spec.run_id), so old sweep folders resume
-    ADDED_FIELDS = {}
+    ADDED_FIELDS = {"model.architecture": "transformer", "model.hidden_size": 256, "model.memory_cell_size": 8,
+                    "model.memory_size": None}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,4 +77,10 @@ class TrainConfig:
         if not self.grad_clip > 0:
             raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
         check_precision(self.precision)
+        if self.model.architecture in ARCHITECTURES:
+            from lengen.training.options import inapplicable_options
+
+            unread = inapplicable_options(self)
+            if unread:
+                raise LengenError(not_applicable(self.model.architecture, [n.replace("_", "-") for n in unread]))
         self.model.validate()

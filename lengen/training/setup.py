@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import nn
+
 from lengen.errors import LengenError
 from lengen.models import CHEModel
+from lengen.models.recurrent import build_model
 from lengen.positions import PositionSampler, build_sampler, evaluation_sampler
 from lengen.tasks import Task, get_task
 from lengen.training.config import TrainConfig
@@ -16,7 +19,7 @@ from lengen.training.config import TrainConfig
 @dataclass
 class RunParts:
     task: Task
-    model: CHEModel
+    model: nn.Module      # CHEModel, or a recurrent baseline (lengen.models.recurrent)
     train_sampler: PositionSampler
     test_mode: str
 
@@ -52,6 +55,8 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
         sampler = build_sampler(cfg.positions, max_position=cfg.model.max_position, **cfg.position_options)
     except TypeError as e:
         raise LengenError(f"bad position options {cfg.position_options} for {cfg.positions!r}: {e}") from None
+    if cfg.model.recurrent:
+        return _build_recurrent(cfg, task, sampler, test_mode)
     try:
         model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
     except LengenError:
@@ -66,3 +71,13 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
     longest = total_length(task, max_length or cfg.max_length)
     check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions")
     return RunParts(task=task, model=model, train_sampler=sampler, test_mode=mode)
+
+
+def _build_recurrent(cfg: TrainConfig, task: Task, sampler: PositionSampler, test_mode: str | None) -> RunParts:
+    """A recurrent model reads no positions: the (standard) sampler only feeds the shared loop,
+    and another test-position mode would evaluate the same thing under another name."""
+    if test_mode not in (None, "standard"):
+        raise LengenError(f"test positions {test_mode!r} do not apply to model {cfg.model.architecture!r} "
+                          "(a recurrent model reads no positions)")
+    model = build_model(cfg.model, task.input_vocab_size, task.output_vocab_size)
+    return RunParts(task=task, model=model, train_sampler=sampler, test_mode="standard")
