@@ -8,7 +8,11 @@ EPILOG = """examples:
   lengen report sweeps/mini                         # writes sweeps/mini/report/
   lengen report sweeps/full --out reports/full      # then open reports/full/index.html
 
-Writes table1.md/.csv (best score per task and encoding over learning rates and seeds),
+A language-model sweep (`command: lm`) gets the FIRE paper's table instead: lm_table.md/.csv (log
+perplexity per encoding and method (rows) and length (columns), mean +- std over seeds, best per
+column in bold, the training length marked), ppl_vs_length.png/.svg and index.html.
+
+For a CHE sweep: writes table1.md/.csv (best score per task and encoding over learning rates and seeds),
 table4.md/.csv (mean +- std over seeds at the best learning rate), table2.md/.csv (time per run),
 comparison.md/.csv (beside the published Table 1, when the sweep's tasks and encodings are the
 paper's), fig4_<task>.png/.svg (accuracy against length), fig3_max_position.png when the sweep
@@ -28,10 +32,12 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from lengen.reports import build_report
+    from lengen.reports import build_report, sweep_command
     from lengen.reports.render import markdown
 
     out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
+    if sweep_command(args.sweep_dir) == "lm":
+        return _run_lm(args.sweep_dir, out)
     rep = build_report(args.sweep_dir, out)
     print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")
     print(markdown(rep["table1"]))
@@ -42,5 +48,17 @@ def run(args) -> int:
         if g["measured"] is not None:
             print(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
                   f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
+    print(f"report: {out}/index.html")
+    return 0
+
+
+def _run_lm(sweep_dir, out) -> int:
+    from lengen.reports import build_lm_sweep_report
+
+    rep = build_lm_sweep_report(sweep_dir, out)
+    print(f"{rep['done']} of {rep['planned']} runs finished")
+    print(rep["markdown"])
+    if rep["missing"]:
+        print(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
     print(f"report: {out}/index.html")
     return 0
