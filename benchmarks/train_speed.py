@@ -1,6 +1,6 @@
 """Training steps/s and evaluation samples/s of the seed paper's CHE model, per encoding, with
-standard and randomized positions, against a plain PyTorch port (nn.TransformerEncoder, sinusoid
-positions) measured in the same run.
+standard and randomized positions, and of the CHE benchmark's recurrent baselines (--models),
+against a plain PyTorch port (nn.TransformerEncoder, sinusoid positions) measured in the same run.
 
 Setting of the targets: reverse_string, batch 128, one length per step from U{1..40}; evaluation
 at input length 500 (1000 encoder tokens). Targets on a 2-core CPU: >= 10 train steps/s and
@@ -8,6 +8,7 @@ at input length 500 (1000 encoder tokens). Targets on a 2-core CPU: >= 10 train 
 
     python benchmarks/train_speed.py                         # every registered encoding
     python benchmarks/train_speed.py --encodings rope,alibi --steps 30
+    python benchmarks/train_speed.py --encodings rope --models transformer,rnn,lstm,stack_rnn,tape_rnn
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from torch import nn
 from lengen.cli.options import format_table
 from lengen.encodings import ENCODINGS
 from lengen.encodings.sincos import sinusoid_table
-from lengen.models import CHEModel, ModelConfig
+from lengen.models import ARCHITECTURES, CHEModel, ModelConfig, build_model
+from lengen.models.config import ARCHITECTURE_LABELS
 from lengen.positions import build_sampler
 from lengen.tasks import get_task
 from lengen.training.evaluation import masked_accuracy_counts
@@ -105,6 +107,9 @@ def time_eval(model, task, sampler, length, samples, batch):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--encodings", default=",".join(ENCODINGS.names()))
+    p.add_argument("--models", default="transformer",
+                   help="comma-separated architectures: transformer (one row per encoding and positions), "
+                        "rnn, lstm, stack_rnn, tape_rnn (one row each, benchmark sizes)")
     p.add_argument("--task", default="reverse_string")
     p.add_argument("--steps", type=int, default=40, help="timed training steps per row")
     p.add_argument("--batch-size", type=int, default=128)
@@ -130,15 +135,26 @@ def main():
     standard = build_sampler("standard")
     measure("plain port", "standard", lambda: PlainPort(task.input_vocab_size, task.output_vocab_size), standard)
     base_train, base_eval = rows[0][2], rows[0][3]
-    for pe in args.encodings.split(","):
-        for positions in ("standard", "randomized"):
-            cfg = ModelConfig(pe=pe, train_length=2 * args.train_length)
-            sampler = build_sampler(positions, max_position=cfg.max_position)
-            measure(pe, positions, lambda: CHEModel(cfg, task.input_vocab_size, task.output_vocab_size), sampler)
+    models = args.models.split(",")
+    unknown = set(models) - set(ARCHITECTURES)
+    if unknown:
+        p.error(f"unknown models {sorted(unknown)}; valid: {', '.join(ARCHITECTURES)}")
+    for arch in models:
+        if arch != "transformer":  # recurrent: no positions (the sampler's output is ignored)
+            cfg = ModelConfig(architecture=arch)
+            measure(ARCHITECTURE_LABELS[arch], "-",
+                    lambda: build_model(cfg, task.input_vocab_size, task.output_vocab_size), standard)
+            continue
+        for pe in args.encodings.split(","):
+            for positions in ("standard", "randomized"):
+                cfg = ModelConfig(pe=pe, train_tokens=2 * args.train_length)
+                sampler = build_sampler(positions, max_position=cfg.max_position)
+                measure(pe, positions, lambda: CHEModel(cfg, task.input_vocab_size, task.output_vocab_size),
+                        sampler)
     table = [[r[0], r[1], r[2], r[2] / base_train, r[3], r[3] / base_eval] for r in rows]
     print(f"\n{args.task}, batch {args.batch_size}, lengths 1..{args.train_length}; eval at length "
           f"{args.eval_length}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(format_table(["encoding", "positions", "train steps/s", "x plain", "eval samples/s", "x plain"],
+    print(format_table(["model / encoding", "positions", "train steps/s", "x plain", "eval samples/s", "x plain"],
                        table, floatfmt="{:.2f}"))
 
 
