@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from lengen.cli import main
+from lengen.errors import LengenError
 from lengen.sweeps import SweepOptions, expand, load_spec, parse_spec, run_id, run_sweep
 from lengen.sweeps.results import varying_columns
 from lengen.training.config import TrainConfig
@@ -341,3 +342,13 @@ def test_presets_command_lists_and_shows(capsys):
     assert shown["grid"]["task"] == ["even_pairs", "cycle_navigation", "bucket_sort"]
     assert main(["sweep", "presets", "--show", "nope"]) == 2
     assert "unknown sweep preset 'nope'" in capsys.readouterr().err
+
+
+def test_a_preset_name_is_the_preset_even_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    # `lengen sweep run ruoss2023-mini --out ruoss2023-mini`, rerun from the same folder to resume
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ruoss2023-mini").mkdir()
+    assert len(expand(load_spec("ruoss2023-mini"))) == 54
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(LengenError, match="mine is a directory; give a sweep file"):
+        load_spec("mine")

@@ -188,7 +188,8 @@ def load_spec(source: str | Path) -> SweepSpec:
     from lengen.sweeps.presets import preset_path
 
     path = Path(source)
-    if not path.exists():
+    if not path.exists() or (path.is_dir() and preset_path(str(source)) is not None):
+        # a folder named like a preset (often the preset's own sweep folder) is not a sweep file
         preset = preset_path(str(source))
         if preset is None:
             from lengen.sweeps.presets import preset_names
