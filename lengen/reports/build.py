@@ -11,6 +11,7 @@ import pandas as pd
 
 from lengen import io
 from lengen.reports import aggregate as agg
+from lengen.reports import page
 from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position
 from lengen.reports.load import load_sweep
@@ -81,12 +82,7 @@ def build_report(sweep_path, out) -> dict:
 
 
 def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        lengen_version = version("lengen")
-    except PackageNotFoundError:
-        lengen_version = "unknown"
+    lengen_version = page.lengen_version()
     esc = html.escape
     parts = [f"<h1>lengen report: {esc(data.name)}</h1>",
              f"<p>{int(runs['done'].sum())} of {len(runs)} runs finished. Sweep folder <code>{esc(str(data.path))}"
@@ -125,9 +121,4 @@ def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
              "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
              "td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}"
              "tr.average td{border-top:2px solid #333}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
-    # offline: no external resource; the script records whether every image loaded (tests read it)
-    script = ("window.addEventListener('load',function(){var im=document.images,ok=0;"
-              "for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0)ok++;}"
-              "document.body.setAttribute('data-images-loaded',ok+'/'+im.length);});")
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>lengen report: {esc(data.name)}</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}<script>{script}</script></body></html>\n")
+    return page.document(data.name, parts, style)

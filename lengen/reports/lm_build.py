@@ -13,6 +13,7 @@ import pandas as pd
 
 from lengen import io
 from lengen.reports import lm_aggregate as lm
+from lengen.reports import page
 
 MISSING = "—"
 FMT = "{:.3f}"
@@ -23,11 +24,6 @@ PROTOCOLS = {
     "passkey": "passkey retrieval accuracy with a context of each length",
 }
 
-# offline: no external resource; the script records whether every image loaded (tests read it).
-# The same script as lengen.reports.build's page.
-IMAGES_SCRIPT = ("window.addEventListener('load',function(){var im=document.images,ok=0;"
-                 "for(var i=0;i<im.length;i++){if(im[i].complete&&im[i].naturalWidth>0)ok++;}"
-                 "document.body.setAttribute('data-images-loaded',ok+'/'+im.length);});")
 STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
          "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
          "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
@@ -203,12 +199,7 @@ def build_lm_report(name: str, runs: pd.DataFrame, values: pd.DataFrame, metric:
 
 
 def _html(name, metric, runs, done, cap, header, rows, bolds, has_table, missing, fig, spec_text, out) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        lengen_version = version("lengen")
-    except PackageNotFoundError:
-        lengen_version = "unknown"
+    lengen_version = page.lengen_version()
     esc = html.escape
     parts = [f"<h1>lengen report: {esc(name)}</h1>",
              (f"<p>{done} of {len(runs)} runs finished. Report folder <code>{esc(str(out))}</code>; "
@@ -230,5 +221,4 @@ def _html(name, metric, runs, done, cap, header, rows, bolds, has_table, missing
                   (f'<figure><img src="{esc(fig)}" alt="{esc(fig)}"><figcaption>One line per variant: the mean '
                    "over seeds, the band ± 1 std; dashed: training length.</figcaption></figure>")]
     parts += ["<h2>The sweep file</h2>", f"<pre>{esc(spec_text or '')}</pre>"]
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>lengen report: {esc(name)}</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(parts)}<script>{IMAGES_SCRIPT}</script></body></html>\n")
+    return page.document(name, parts, STYLE)
