@@ -10,7 +10,7 @@ import sys
 from lengen.errors import LengenError
 
 # module names under lengen.cli, in the order `lengen --help` lists them
-COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "hf"]
+COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "hf"]
 
 EPILOG = """examples:
   lengen demo                                  # the README demo: rope vs randomized rope
