@@ -255,13 +255,16 @@ def test_memory_size_is_the_sequence_length_unless_fixed():
 
 # -- learning -----------------------------------------------------------------------------------
 
-def test_stack_rnn_learns_reverse_string_at_the_training_lengths(tmp_path):
+def test_stack_rnn_learns_reverse_string_and_its_stack_carries_it_beyond(tmp_path):
     cfg = TrainConfig(task="reverse_string", model=ModelConfig(architecture="stack_rnn", hidden_size=32),
-                      steps=400, batch_size=32, train_length=6, max_length=8, eval_samples=64, lr=1e-2,
+                      steps=400, batch_size=32, train_length=6, max_length=12, eval_samples=64, lr=1e-2,
                       checkpoint_every=1000, log_every=50, seed=0)
     record = train(cfg, tmp_path / "run", progress=False)
-    # chance is 0.5 per bit; the stack solves the task (about 1.0 measured)
+    # chance is 0.5 per bit. Measured: 1.0 at lengths 1..6 and 1.0 at 7..12. A 32-wide state can
+    # hold 6 bits without the stack, so lengths 7..12 are the check on the stack: the RNN alone
+    # (same setting) reached 0.76 there, and a Stack-RNN whose pop did nothing 0.78
     assert record["accuracy_in_train_range"] > 0.95, record["accuracy_by_length"]
+    assert record["score"] > 0.95, record["accuracy_by_length"]
 
 
 @pytest.mark.parametrize("arch", RECURRENT)
@@ -344,6 +347,9 @@ def test_sweep_with_models_expands_and_refuses_positions_for_recurrent_points():
         expand(parse_spec({"grid": {"model": ["transformer", "stack_rnn"], "pe": ["rope", "alibi"]},
                            "fixed": TINY}))
     assert "grid point {model: stack_rnn, pe: alibi}: pe does not apply to model 'stack_rnn'" in str(e.value)
+    with pytest.raises(LengenError, match="{model: rnn, positions: randomized}: positions does not apply"):
+        expand(parse_spec({"grid": {"model": ["transformer", "rnn"], "positions": ["standard", "randomized"]},
+                           "fixed": TINY}))
     # the positions grid crosses the models; the recurrent x randomized points are excluded
     runs = expand(parse_spec({"grid": {"model": ["transformer", "rnn"], "positions": ["standard", "randomized"]},
                               "exclude": [{"model": "rnn", "positions": "randomized"}], "fixed": TINY}))
