@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig, not_applicable
-from lengen.options import get_path, set_path
+from lengen.options import coerce_value, get_path, set_path
 from lengen.training.config import TrainConfig
 
 # option name (the flag without dashes, underscores) -> TrainConfig path ("model." = ModelConfig)
@@ -71,40 +71,8 @@ def _field_types() -> dict[str, object]:
 
 
 def coerce_option(name: str, value):
-    """`value` as the type option `name` takes, or LengenError. Accepts what YAML gives: ints for
-    floats, and numeric strings for floats (YAML 1.1 reads `1e-4` as a string)."""
-    kind = _field_types()[name]
-    allowed = typing.get_args(kind) or (kind,)
-    if value is None:
-        if type(None) in allowed:
-            return None
-        raise LengenError(f"{name} cannot be null")
-    if bool in allowed:
-        if isinstance(value, bool):
-            return value
-        raise LengenError(f"{name} must be true or false, got {value!r}")
-    if int in allowed:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise LengenError(f"{name} must be an integer, got {value!r}")
-    if float in allowed:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise LengenError(f"{name} must be a number, got {value!r}")
-    if dict in allowed:
-        if isinstance(value, dict):
-            return {str(k).replace("-", "_"): v for k, v in value.items()}
-        raise LengenError(f"{name} must be a mapping of KEY: VALUE, got {value!r}")
-    if str in allowed:
-        if isinstance(value, str):
-            return value
-        raise LengenError(f"{name} must be a string, got {value!r}")
-    return value
+    """`value` as the type option `name` takes, or LengenError (lengen.options.coerce_value)."""
+    return coerce_value(name, value, _field_types()[name])
 
 
 def config_from_options(options: dict, preset: str | None = None) -> TrainConfig:
