@@ -31,7 +31,9 @@ from lengen.extrapolation.compose import is_plain
 
 #: the encodings as the FIRE paper names them; any other name is shown as given
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
-             "t5": "T5's RPE", "fire": "FIRE", "fire_shared": "FIRE-S"}
+             "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
+             "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
+             "sandwich": "Sandwich"}
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
