@@ -52,7 +52,8 @@ EXPECTED = {  # variant -> {length: (mean, std)}
 def test_labels_are_the_papers_names():
     assert [lm.encoding_label(p) for p in ("none", "rope", "alibi", "kerple", "t5", "fire", "fire_shared")] == \
         ["NoPE", "RoPE", "ALiBi", "Kerple", "T5's RPE", "FIRE", "FIRE-S"]
-    assert lm.encoding_label("learned") == "learned"
+    assert lm.encoding_label("kerple_log") == "Kerple (log)"
+    assert lm.encoding_label("my_encoding") == "my_encoding"  # a name lengen does not know: as given
     assert lm.variant_label("rope", "rope") == "RoPE"
     assert lm.variant_label("alibi", "base") == "ALiBi"
     assert lm.variant_label("rope", "yarn:factor=8") == "RoPE + yarn:factor=8"
