@@ -111,3 +111,20 @@ def test_split_methods_keeps_options_together():
         "rope", "yarn:factor=4,beta_fast=16", "rerope:window=8+logn"]
     assert split_methods("rerope:block=8,window=8+logn, logn+pi:factor=2") == [
         "rerope:block=8,window=8+logn", "logn+pi:factor=2"]
+
+
+def test_the_decoder_builds_decoder_attention_only(monkeypatch):
+    # one attention module per block, built once: no SelfAttention built and then replaced
+    from lengen.models.attention import SelfAttention
+
+    built = []
+    real = SelfAttention.__init__
+
+    def record(self, *a, **kw):
+        built.append(type(self).__name__)
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(SelfAttention, "__init__", record)
+    model = tiny()
+    assert built == ["DecoderAttention", "DecoderAttention"]
+    assert [type(b.attn).__name__ for b in model.decoder.blocks] == built
