@@ -7,6 +7,7 @@ The functions here are shared by the training-free extrapolation methods, which 
 from __future__ import annotations
 
 import torch
+from torch._C._functorch import is_batchedtensor
 
 from lengen.encodings.base import PositionalEncoding
 
@@ -69,9 +70,11 @@ class _RotatePair(torch.autograd.Function):
 
 def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):
     """(apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)) for float32 q, k rotated over
-    their whole head dim, with the cheaper hand-written backward; apply_rotary otherwise."""
+    their whole head dim, with the cheaper hand-written backward; apply_rotary otherwise (and under
+    vmap, which the hand-written Function does not support)."""
     d = cos_q.shape[-1]
-    if q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]:
+    if (q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]
+            or is_batchedtensor(q) or is_batchedtensor(k)):  # under torch.func.vmap (a group of models)
         return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
     h = d // 2  # the tables repeat their first half: cos(p w_i) for channel i and i + d/2
     return _RotatePair.apply(q, k, cos_q[..., :h], sin_q[..., :h], cos_k[..., :h], sin_k[..., :h])

@@ -1,0 +1,460 @@
+"""Train N CHE models of one task, encoding, sampler and shapes at once: stacked weights [N, ...],
+one forward and one backward per step for all N (torch.func.vmap over the model), each model with
+what `lengen train` would give it alone.
+
+Each model keeps its own initial weights (built with its seed exactly as `train` builds them),
+data stream and positions (its own numpy and torch generators, drawn in the same order as
+`train_step`), learning rate, Adam state (Adam is elementwise: a stacked Adam with a per-model
+learning rate is the N Adams), gradient clipping (the global norm of *that model's* gradient),
+dropout rate and masks, checkpoint, metrics and evaluation. With dropout 0 the weights equal
+those of `train` up to float rounding; with dropout the masks are other draws of the same law.
+
+Models draw different lengths at the same step, so each step pads every model's sequence to the
+group's longest: the CHE layout is [input, EMPTY output slots, padding], the padded keys get an
+additive -inf in attention (so no real token sees them, and the padding gets no gradient), the
+padded outputs are left out of the loss and the accuracy, and padded positions are 0 (any value
+an encoding accepts: a bias between real tokens depends on their own positions only). Log-n
+logit scaling counts each model's real keys.
+
+Run directories are those of `train`: config.json, metrics.jsonl, checkpoint.pt (the model and
+a torch Adam state dict, so `lengen eval`, `load_trained` and even `lengen train` read and resume
+it), eval.json, accuracy.png. Every model is checkpointed at the same steps; rerunning an
+interrupted group resumes each model from its checkpoint. Members already trained to `steps`
+(e.g. trained alone earlier) are only evaluated; the others must stand at one common step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from lengen.devices import precision_context, resolve_device
+from lengen.errors import LengenError
+from lengen.kernels.small_attention import causal_additive_mask
+from lengen.models.attention import AttentionContext, SelfAttention, _head_views
+from lengen.models.che import CHEModel
+from lengen.models.dropout import Dropout
+from lengen.models.logit_scaling import keys_per_query
+from lengen.progress import progress_bar
+from lengen.training.config import TrainConfig
+from lengen.training.loop import Window, _restore_rng, _rng_state, evaluate_run, reusable_eval
+from lengen.training.optim import fused_optimizer_ok
+from lengen.training.run_dir import RunDir, _flatten
+from lengen.training.session import TrainingDiverged, TrainingSession
+from lengen.training.setup import RunParts, build_run, total_length
+
+#: config keys that may differ inside a group: they change the numbers, not the shapes
+PER_MODEL = ("seed", "lr", "grad_clip", "model.dropout")
+#: keys that only shape each model's own evaluation (done model by model after training)
+PER_MODEL_EVAL = ("max_length", "eval_samples", "eval_seed", "eval_tokens", "test_positions")
+BETAS, EPS = (0.9, 0.999), 1e-8  # train()'s Adam
+
+
+def check_groupable(cfgs: list[TrainConfig]) -> None:
+    """LengenError unless the configs differ only in PER_MODEL and PER_MODEL_EVAL keys (all else
+    equal: task, model shape and encoding, positions, batch, lengths, steps, cadence, device,
+    precision), and the model is the Transformer."""
+    if not cfgs:
+        raise LengenError("train_group needs at least one config")
+    free = PER_MODEL + PER_MODEL_EVAL + ("model.train_tokens",)
+    first = _flatten(cfgs[0].to_dict())
+    for j, cfg in enumerate(cfgs[1:], 1):
+        other = _flatten(cfg.to_dict())
+        diff = sorted(k for k in set(first) | set(other)
+                      if k not in free and first.get(k) != other.get(k))
+        if diff:
+            shown = ", ".join(f"{k}: {first.get(k)!r} vs {other.get(k)!r}" for k in diff[:5])
+            raise LengenError(f"configs 0 and {j} cannot be trained as one group ({shown}); a group may "
+                              f"differ only in {', '.join(PER_MODEL)} and the evaluation settings "
+                              f"({', '.join(PER_MODEL_EVAL)})")
+    if cfgs[0].model.architecture != "transformer":
+        raise LengenError(f"train_group trains Transformer models, not {cfgs[0].model.architecture!r}; "
+                          "train recurrent models one at a time (lengen train)")
+
+
+# -- the vmapped model ------------------------------------------------------------------------------
+
+class _GroupContext(AttentionContext):
+    def __init__(self, pe_state, pos, causal, key_bias, n_keys):
+        super().__init__(pe_state, pos, pos, causal)
+        self.key_bias = key_bias  # [Tk]: 0 for real keys, -inf for padding
+        self.n_keys = n_keys      # 0-d float: this model's real sequence length
+
+
+def _logit_factor(cfg, n_keys: torch.Tensor, tq: int, device):
+    """logit_scale_factor with the real key count (a tensor under vmap): None or a tensor
+    multiplying q, [Tq, 1] or 0-d."""
+    mode, m = cfg.logit_scale, cfg.train_tokens
+    if mode == "none":
+        return None
+    if mode == "log_n_position" and cfg.causal:  # query t sees t + 1 keys, padding or not
+        counts = keys_per_query(tq, tq, True, device)
+        return (torch.log(counts) / math.log(m)).clamp(min=1.0)[:, None]
+    ratio = torch.log(n_keys.float().clamp(min=1.0)) / math.log(m)
+    return ratio if mode == "log_n" else ratio.clamp(min=1.0)
+
+
+class _GroupAttention(SelfAttention):
+    """SelfAttention for one model inside vmap: plain views for the heads (the _SplitHeads
+    Function has no vmap rule), a key-padding bias, log-n scaling on real keys, the attention
+    itself (the fused CPU kernel is a ctypes call vmap cannot see into, and torch's CPU SDPA has no batching
+    rule), written out: logits, softmax, weighted sum."""
+
+    def project(self, x):
+        return _head_views(self.qkv(x), self.cfg.num_heads)
+
+    def attend(self, q, k, v, ctx):
+        cfg, pe = self.cfg, self.pe[0]
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        if cfg.key_norm:
+            k = F.normalize(k, dim=-1)
+            scale = 1.0
+        q, k = pe.transform_qk(self.layer, ctx.pe_state, q, k)
+        factor = _logit_factor(cfg, ctx.n_keys, q.shape[-2], q.device)
+        if factor is not None:
+            q = q * factor.to(q.dtype)
+        bias = pe.bias(self.layer, ctx.pe_state)
+        mask = ctx.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
+        bias = mask if bias is None else bias.to(q.dtype) + mask
+        # written out: torch's CPU SDPA has no vmap batching rule (it would loop over the models)
+        logits = torch.matmul(q, k.transpose(-1, -2)) * scale + bias
+        if ctx.causal:
+            logits = logits + causal_additive_mask(logits.shape[-2], logits.shape[-1], logits.device, logits.dtype)
+        return torch.matmul(torch.softmax(logits, dim=-1), v)
+
+
+class _GroupDropout(nn.Module):
+    """Dropout whose rate is a buffer, so each model of the stack gets its own (vmap draws
+    different masks per model)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.register_buffer("p", torch.tensor(float(p)))
+        self.active = True
+
+    def forward(self, x):
+        if not self.training or not self.active:
+            return x
+        keep = (torch.rand_like(x) >= self.p).to(x.dtype)
+        return x * keep / (1.0 - self.p)
+
+
+class _GroupForward(nn.Module):
+    """One model's forward on a padded sequence (CHEModel.forward + Transformer.forward with a
+    key mask); its parameters are supplied stacked through functional_call under vmap."""
+
+    def __init__(self, model: CHEModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, pos, key_bias, n_keys, out_idx):
+        m = self.model
+        enc = m.encoder
+        x = enc.drop(enc.pe.embed(m.embed(tokens) * m.embed_scale, pos))
+        ctx = _GroupContext(enc.pe.prepare(pos, pos), pos, enc.cfg.causal, key_bias, n_keys)
+        for block in enc.blocks:
+            x = block(x, ctx)
+        return m.readout(enc.final_norm(x).index_select(1, out_idx))
+
+
+def _template(model: CHEModel, dropout_active: bool) -> _GroupForward:
+    t = copy.deepcopy(model)
+    for module in list(t.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, Dropout):
+                d = _GroupDropout(child.p)
+                d.active = dropout_active
+                setattr(module, name, d)
+        if type(module) is SelfAttention:
+            module.__class__ = _GroupAttention
+    pe = t.encoder.pe
+    for block in t.encoder.blocks:
+        block.attn.pe = [pe]
+    if hasattr(pe, "project"):  # Kerple projects its parameters in place: done on the stack instead
+        pe.project = lambda: None
+    return _GroupForward(t)
+
+
+# -- the stack ------------------------------------------------------------------------------------
+
+class _Stack:
+    """Stacked parameters, Adam state and per-model hyperparameters of N models."""
+
+    def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], device):
+        self.models, self.cfgs, self.device = models, cfgs, device
+        self.n = len(models)
+        self.names = [n for n, _ in models[0].named_parameters()]
+        self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).to(device)
+                       .requires_grad_(True) for n in self.names}
+        self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.adam_step = 0
+        self.lr = torch.tensor([c.lr for c in cfgs], dtype=torch.float32, device=device)
+        self.clip = torch.tensor([c.grad_clip for c in cfgs], dtype=torch.float32, device=device)
+        drop = [c.model.dropout for c in cfgs]
+        self.forward = _template(models[0], any(p > 0 for p in drop)).to(device)
+        self.drop_p = {f"model.{n}": torch.tensor(drop, dtype=torch.float32, device=device)
+                       for n, b in self.forward.model.named_buffers() if n.endswith(".p")
+                       and isinstance(self.forward.model.get_submodule(n[:-2]), _GroupDropout)}
+        pe = models[0].encoder.pe
+        self.projections = [(f"encoder.pe.{name}", lo, hi) for name, (_, lo, hi) in getattr(pe, "PARAMS", {}).items()]
+        self.vmapped = vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, 0), randomness="different")
+
+    def _one(self, params, drop_p, tokens, pos, key_bias, n_keys, out_idx):
+        named = {f"model.{n}": p for n, p in params.items()}
+        named.update(drop_p)
+        return functional_call(self.forward, named, (tokens, pos, key_bias, n_keys, out_idx))
+
+    def __call__(self, tokens, pos, key_bias, n_keys, out_idx):
+        with torch.no_grad():  # Kerple's projection, as its prepare() does before every forward
+            for name, lo, hi in self.projections:
+                self.params[name].clamp_(min=lo, max=hi)
+        return self.vmapped(self.params, self.drop_p, tokens, pos, key_bias, n_keys, out_idx)
+
+    def train(self, flag: bool = True):
+        self.forward.train(flag)
+
+    @torch.no_grad()
+    def clip_and_step(self):
+        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam
+        (torch's update rule) with each model's learning rate."""
+        grads = [self.params[n].grad for n in self.names]
+        N = self.n
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(N, -1), dim=1) for g in grads])  # [K, N]
+        total = torch.linalg.vector_norm(norms, dim=0)
+        coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        self.adam_step += 1
+        b1, b2 = BETAS
+        bc1 = 1 - b1 ** self.adam_step
+        bc2_sqrt = math.sqrt(1 - b2 ** self.adam_step)
+        step_size = self.lr / bc1
+        for n, g in zip(self.names, grads):
+            shape = (N,) + (1,) * (g.dim() - 1)
+            g.mul_(coef.view(shape))
+            m, v, p = self.exp_avg[n], self.exp_avg_sq[n], self.params[n]
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / bc2_sqrt).add_(EPS)
+            p.sub_(step_size.view(shape) * m / denom)
+            p.grad = None
+
+    # -- per-model views (checkpoints, evaluation) ------------------------------------------------
+    def optimizer(self, i: int) -> torch.optim.Adam:
+        model = self.models[i]
+        return torch.optim.Adam(model.parameters(), lr=self.cfgs[i].lr, betas=BETAS, eps=EPS,
+                                fused=fused_optimizer_ok(model))
+
+    @torch.no_grad()
+    def unstack(self, i: int, optimizer: torch.optim.Adam | None = None) -> None:
+        """Model i's weights (and Adam state) from the stack into its CHEModel (and optimizer)."""
+        named = dict(self.models[i].named_parameters())
+        for n in self.names:
+            named[n].copy_(self.params[n][i])
+            if optimizer is not None and self.adam_step > 0:
+                optimizer.state[named[n]] = {
+                    "step": torch.tensor(float(self.adam_step), dtype=torch.float32),
+                    "exp_avg": self.exp_avg[n][i].clone(), "exp_avg_sq": self.exp_avg_sq[n][i].clone()}
+
+    @torch.no_grad()
+    def restack(self, i: int, optimizer: torch.optim.Adam, step: int) -> None:
+        """Model i's weights and Adam state (restored from its checkpoint) into the stack."""
+        named = dict(self.models[i].named_parameters())
+        for n in self.names:
+            p = named[n]
+            self.params[n][i].copy_(p)
+            state = optimizer.state.get(p)
+            if state:
+                self.exp_avg[n][i].copy_(state["exp_avg"])
+                self.exp_avg_sq[n][i].copy_(state["exp_avg_sq"])
+        self.adam_step = step
+
+
+# -- one step ---------------------------------------------------------------------------------------
+
+def _draw(parts: RunParts, cfg: TrainConfig, np_rng, gen):
+    """One model's step data, drawn exactly as train_step draws it."""
+    length = int(np_rng.integers(1, cfg.train_length + 1))
+    batch = parts.task.sample(cfg.batch_size, length, np_rng)
+    out_len = parts.task.output_length(length)
+    positions = parts.train_sampler(total_length(parts.task, length), gen)
+    return batch, out_len, positions
+
+
+def _pad(draws, empty_token: int, device):
+    """The padded step tensors: tokens [N, B, T], positions [N, 1|B, T], key bias [N, T],
+    real lengths [N], readout indices [N, O], targets and masks [N, B, O], loss weights [N, 1, O]."""
+    N = len(draws)
+    B = draws[0][0].inputs.shape[0]
+    totals = [b.inputs.shape[1] + o for b, o, _ in draws]
+    T, O = max(totals), max(o for _, o, _ in draws)
+    pb = max(p.shape[0] for _, _, p in draws)
+    tokens = torch.full((N, B, T), empty_token, dtype=torch.int64)
+    pos = torch.zeros((N, pb, T), dtype=draws[0][2].dtype)
+    key_bias = torch.zeros((N, T))
+    out_idx = torch.empty((N, O), dtype=torch.int64)
+    targets = torch.zeros((N, B, O), dtype=torch.int64)
+    mask = torch.zeros((N, B, O), dtype=torch.bool)
+    weight = torch.zeros((N, 1, O))
+    for i, ((batch, o, p), t) in enumerate(zip(draws, totals)):
+        L = batch.inputs.shape[1]
+        tokens[i, :, :L] = batch.inputs
+        pos[i, :, :t] = p
+        key_bias[i, t:] = float("-inf")
+        out_idx[i] = (L + torch.arange(O)).clamp(max=T - 1)
+        targets[i, :, :o] = batch.targets
+        mask[i, :, :o] = batch.mask
+        weight[i, 0, :o] = 1.0 / (B * o)
+    n_keys = torch.tensor(totals, dtype=torch.float32)
+    out = (tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight)
+    return out if torch.device(device).type == "cpu" else tuple(x.to(device, non_blocking=True) for x in out)
+
+
+def group_step(stack: _Stack, parts: list[RunParts], cfgs: list[TrainConfig], rngs, gens, device):
+    """One step of every model; returns (loss, correct, count), each [N], on `device`."""
+    draws = [_draw(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
+    tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = _pad(draws, parts[0].model.empty_token, device)
+    with precision_context(cfgs[0].precision, device):
+        logits = stack(tokens, pos, key_bias, n_keys, out_idx)  # [N, B, O, V]
+    N, B, O, V = logits.shape
+    ce = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), reduction="none").view(N, B, O)
+    loss = (ce * weight).sum((1, 2))
+    loss.sum().backward()
+    stack.clip_and_step()
+    correct = ((logits.detach().argmax(-1) == targets) & mask).sum((1, 2))
+    return loss.detach(), correct, mask.sum((1, 2))
+
+
+# -- the loop -----------------------------------------------------------------------------------------
+
+def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool = True,
+                evaluate: bool = True) -> list[dict]:
+    """Train (or resume) the runs `outs[i]` of `cfgs[i]` together, then evaluate each; returns
+    their eval records, in order (as `train` returns one). A member whose loss diverges keeps its
+    last good checkpoint and stops being saved; the others train on, and TrainingDiverged is
+    raised at the end, after their evaluations."""
+    cfgs, outs = list(cfgs), [Path(o) for o in outs]
+    if len(cfgs) != len(outs):
+        raise LengenError(f"{len(cfgs)} configs but {len(outs)} run directories")
+    if len({o.resolve() for o in outs}) != len(outs):
+        raise LengenError("train_group: two members share one run directory")
+    check_groupable(cfgs)
+    device = resolve_device(cfgs[0].device)
+    parts = []
+    for cfg in cfgs:
+        torch.manual_seed(cfg.seed)  # as train(): the seed fixes the initial weights
+        parts.append(build_run(cfg))
+    sessions = [TrainingSession(RunDir(out), cfg.to_dict(), TrainConfig.IDENTITY, cfg.steps,
+                                normalize=lambda saved, out=out: TrainConfig.from_dict(saved, where=str(out)).to_dict())
+                for cfg, out in zip(cfgs, outs)]
+    models = [p.model.to(device) for p in parts]
+    optimizers: list[torch.optim.Adam] = []
+    rngs = [np.random.default_rng(c.seed) for c in cfgs]
+    gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+    windows = [Window() for _ in cfgs]
+    ckpts = []
+    for i, (session, model, cfg) in enumerate(zip(sessions, models, cfgs)):
+        optimizers.append(torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=BETAS, eps=EPS,
+                                           fused=fused_optimizer_ok(model)))
+        ckpt = session.restore(model, optimizers[i])
+        if ckpt is not None:
+            _restore_rng(ckpt["rng"], rngs[i], gens[i], device)
+            windows[i] = Window(ckpt["window"])
+        ckpts.append(ckpt)
+    steps = cfgs[0].steps
+    active = [i for i, s in enumerate(sessions) if s.step < steps]
+    at = {sessions[i].step for i in active}
+    if len(at) > 1:
+        shown = ", ".join(f"{outs[i]}: step {sessions[i].step}" for i in active)
+        raise LengenError(f"the group's unfinished members stand at different steps ({shown}); finish them "
+                          "one at a time (lengen train) or group members at one step")
+
+    if active:
+        _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts,
+                       device, progress)
+    diverged = [i for i in active if getattr(sessions[i], "diverged", None)]
+    records: list[dict] = []
+    for i, (cfg, session, part) in enumerate(zip(cfgs, sessions, parts)):
+        if not evaluate or i in diverged:
+            records.append({})
+            continue
+        if ckpts[i] is None and cfg.steps == 0:
+            session.save(models[i], optimizers[i], rng=_rng_state(rngs[i], gens[i], device),
+                         window=windows[i].state())
+        if session.step == session.resumed_at:
+            previous = reusable_eval(session.run, cfg, part.test_mode, device, session.step)
+            if previous is not None:
+                records.append(previous)
+                continue
+        records.append(evaluate_run(session.run, parts=part, cfg=cfg, progress=progress,
+                                    train_seconds=session.elapsed()))
+    if diverged:
+        raise TrainingDiverged("; ".join(f"{outs[i]}: {sessions[i].diverged}" for i in diverged))
+    return records
+
+
+def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts, device,
+                   progress):
+    sub = [cfgs[i] for i in active]
+    stack = _Stack([models[i] for i in active], sub, device)
+    start = sessions[active[0]].step
+    for j, i in enumerate(active):
+        if ckpts[i] is not None:
+            stack.restack(j, optimizers[i], start)
+    if ckpts[active[0]] is not None:  # the group's dropout stream continues from the first member's
+        torch.set_rng_state(ckpts[active[0]]["rng"]["torch"])
+    cfg = sub[0]
+    sums = [torch.zeros(len(active), device=device), torch.zeros(len(active), dtype=torch.int64, device=device),
+            torch.zeros(len(active), dtype=torch.int64, device=device)]
+    base = [windows[i].state() for i in active]  # a resumed window's sums so far
+    counted = 0
+
+    def window_state(j):
+        b = base[j]
+        return {"loss": b["loss"] + float(sums[0][j]), "correct": b["correct"] + int(sums[1][j]),
+                "count": b["count"] + int(sums[2][j]), "steps": b["steps"] + counted}
+
+    stack.train(True)
+    sub_parts = [parts[i] for i in active]
+    sub_rngs, sub_gens = [rngs[i] for i in active], [gens[i] for i in active]
+    bar = progress_bar(cfg.steps, f"train {len(active)} x {cfg.task} {cfg.model.pe}/{cfg.positions}",
+                       disable=not progress, initial=start, unit="step")
+    step = start
+    while step < cfg.steps:
+        loss, correct, count = group_step(stack, sub_parts, sub, sub_rngs, sub_gens, device)
+        sums[0] += loss
+        sums[1] += correct
+        sums[2] += count
+        counted += 1
+        step += 1
+        bar.update(1)
+        for i in active:
+            sessions[i].step = step
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            for j, i in enumerate(active):
+                if getattr(sessions[i], "diverged", None):
+                    continue
+                try:
+                    sessions[i].add_row(Window(window_state(j)).row(step))
+                except TrainingDiverged as e:
+                    sessions[i].diverged = str(e)
+            base = [Window().state() for _ in active]
+            sums = [torch.zeros_like(s) for s in sums]
+            counted = 0
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            for j, i in enumerate(active):
+                if getattr(sessions[i], "diverged", None):
+                    continue
+                stack.unstack(j, optimizers[i])
+                sessions[i].save(models[i], optimizers[i], rng=_rng_state(rngs[i], gens[i], device),
+                                 window=window_state(j))
+    bar.close()
+    for j, i in enumerate(active):
+        stack.unstack(j)
+        windows[i] = Window(window_state(j))
