@@ -1,0 +1,165 @@
+"""Model-steps/s (models x steps per second) of a group of N CHE models trained at once
+(lengen.training.group: stacked weights, one vmapped forward/backward per step) against the
+one-model-at-a-time loop (lengen.training.loop.train_step, fused kernel and fused Adam) measured
+in the same run, and the peak memory per model.
+
+Setting of the targets: reverse_string, the seed paper's model (5 layers, d_model 64, 8 heads),
+batch 128, one length per model and step from U{1..40}. Targets: >= 5,000 model-steps/s for rope
+on one H100; on a 2-core CPU a group of 8 at >= 1.5x the 8 models trained one after another.
+Timings on a shared machine are noisy: compare rows of one run.
+
+    python benchmarks/train_many.py --threads 1 --steps 3                     # CPU, paper model
+    python benchmarks/train_many.py --layers 2 --d-model 16 --heads 2 --batch-size 8 --train-length 5
+    python benchmarks/train_many.py --device cuda --sizes 1,8,32,128,256,512
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from lengen.formats import format_table
+from lengen.devices import resolve_device
+from lengen.models import ModelConfig
+from lengen.training.config import TrainConfig
+from lengen.training.group import _Stack, group_step
+from lengen.training.loop import train_step
+from lengen.training.optim import fused_optimizer_ok
+from lengen.training.setup import build_run
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device):
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    try:  # Linux: writing 5 resets the peak RSS (VmHWM)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return rss("VmRSS")
+
+
+def rss(field="VmHWM") -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def peak_since(base, device) -> float:
+    """MB above `base` at the peak (CUDA: max_memory_allocated; CPU: peak RSS)."""
+    used = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else rss("VmHWM")
+    return max(used - base, 0) / 2**20
+
+
+def configs(args, pe, n):
+    model = ModelConfig(num_layers=args.layers, num_heads=args.heads, d_model=args.d_model, d_ff=4 * args.d_model,
+                        dropout=args.dropout, pe=pe)
+    return [TrainConfig(task=args.task, model=ModelConfig(**{**model.__dict__}), positions=args.positions,
+                        batch_size=args.batch_size, train_length=args.train_length,
+                        max_length=args.train_length, lr=1e-4 * (1 + i % 4), seed=i, device=args.device)
+            for i in range(n)]
+
+
+def time_group(args, pe, n, device):
+    cfgs = configs(args, pe, n)
+    parts = []
+    for cfg in cfgs:
+        torch.manual_seed(cfg.seed)
+        parts.append(build_run(cfg))
+    base = reset_peak(device)
+    stack = _Stack([p.model.to(device) for p in parts], cfgs, device)
+    stack.train(True)
+    rngs = [np.random.default_rng(c.seed) for c in cfgs]
+    gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+    for _ in range(args.warmup):
+        group_step(stack, parts, cfgs, rngs, gens, device)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        group_step(stack, parts, cfgs, rngs, gens, device)
+    sync(device)
+    seconds = time.perf_counter() - start
+    return n * args.steps / seconds, peak_since(base, device) / n
+
+
+def time_solo(args, pe, device, models: int):
+    """`models` models, one after another, each for warm-up + steps with train()'s step."""
+    cfgs = configs(args, pe, models)
+    total, peak = 0.0, 0.0
+    for cfg in cfgs:
+        torch.manual_seed(cfg.seed)
+        parts = build_run(cfg)
+        base = reset_peak(device)
+        model = parts.model.to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused_optimizer_ok(model))
+        model.train()
+        rng, gen = np.random.default_rng(cfg.seed), torch.Generator().manual_seed(cfg.seed)
+        for _ in range(args.warmup):
+            train_step(parts, cfg, opt, rng, gen, device)
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            train_step(parts, cfg, opt, rng, gen, device)
+        sync(device)
+        total += time.perf_counter() - start
+        peak = max(peak, peak_since(base, device))
+    return models * args.steps / total, peak
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--encodings", default="rope,alibi,relative")
+    p.add_argument("--sizes", default="1,8,32", help="group sizes N")
+    p.add_argument("--task", default="reverse_string")
+    p.add_argument("--positions", default="standard")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per row")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--train-length", type=int, default=40)
+    p.add_argument("--layers", type=int, default=5)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--solo-models", type=int, default=2, help="models timed one after another for the baseline")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    rows = []
+    for pe in args.encodings.split(","):
+        solo_rate, solo_mb = time_solo(args, pe, device, args.solo_models)
+        rows.append([pe, "1 at a time", f"{solo_rate:.1f}", "1.00x", f"{solo_mb:.1f}"])
+        print(" ".join(rows[-1]), flush=True)
+        for n in (int(s) for s in args.sizes.split(",")):
+            try:
+                rate, mb = time_group(args, pe, n, device)
+            except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
+                rows.append([pe, str(n), f"failed: {type(e).__name__}", "", ""])
+                break
+            rows.append([pe, str(n), f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{mb:.1f}"])
+            print(" ".join(rows[-1]), flush=True)
+    print()
+    print(f"{args.task}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
+          f"U{{1..{args.train_length}}}, {args.positions} positions, dropout {args.dropout}, "
+          f"device {device}, {torch.get_num_threads()} threads, {args.steps} timed steps")
+    print(format_table(["encoding", "N", "model-steps/s", "vs one at a time", "peak MB/model"], rows))
+
+
+if __name__ == "__main__":
+    main()
