@@ -36,7 +36,11 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
     best = best_runs(runs)
     order = ordered_variants(runs)
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colours = {pe: cycle[i % len(cycle)] for i, pe in enumerate(dict.fromkeys(runs["pe"]))}
+    def line_key(r):  # the encoding, or a recurrent baseline's architecture (it reads no encoding)
+        model = r.get("model")
+        return model if isinstance(model, str) and model != "transformer" else r["pe"]
+
+    colours = {k: cycle[i % len(cycle)] for i, k in enumerate(dict.fromkeys(line_key(r) for _, r in runs.iterrows()))}
     made = {}
     for task in ordered_tasks(best["task"].unique()):
         rows = best[best["task"] == task].set_index("variant").reindex([v for v in order])
@@ -47,9 +51,9 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
         ax.axvline(n, color="tab:red", ls="--", lw=1, label=f"N = {n}")
         for variant, r in rows.iterrows():
             acc = accuracy[accuracy["run_id"] == r["run_id"]].sort_values("length")
-            # one colour per encoding; randomized positions solid, others dotted
-            ls = "-" if variant.startswith("r_") else ":"
-            ax.plot(acc["length"], acc["accuracy"], ls, lw=1.5, color=colours[r["pe"]],
+            # one colour per encoding; randomized positions solid, others dotted; recurrent dash-dot
+            ls = "-." if line_key(r) != r["pe"] else "-" if variant.startswith("r_") else ":"
+            ax.plot(acc["length"], acc["accuracy"], ls, lw=1.5, color=colours[line_key(r)],
                     label=f"{variant} ({100 * r['score']:.1f})")
         ax.set_xlabel("sequence length")
         ax.set_ylabel("accuracy")
