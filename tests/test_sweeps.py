@@ -224,7 +224,7 @@ def test_a_failed_run_does_not_stop_the_sweep_and_is_retried(tmp_path, monkeypat
     monkeypatch.setattr(loop, "train", flaky)
     spec = write_spec(tmp_path / "s.yaml", {"seed": [0, 1, 2]})
     out = tmp_path / "sweep"
-    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu",
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu", "--group-size", "1",
                  "--no-progress"]) == 1
     assert len(read_csv(out / "results.csv")) == 2
     capsys.readouterr()
@@ -235,7 +235,7 @@ def test_a_failed_run_does_not_stop_the_sweep_and_is_retried(tmp_path, monkeypat
     log = next(line for line in text.splitlines() if "log:" in line).split("log:")[1].strip()
     assert "planted failure" in Path(log).read_text()
     monkeypatch.setattr(loop, "train", real)
-    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu",
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--workers", "1", "--device", "cpu", "--group-size", "1",
                  "--no-progress"]) == 0
     assert len(read_csv(out / "results.csv")) == 3
     capsys.readouterr()

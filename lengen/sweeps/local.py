@@ -23,10 +23,10 @@ def _init_worker(threads: int, devices: list[str], counter) -> None:
     _device = devices[index % len(devices)]
 
 
-def _execute(sweep_path: str, run_id: str, job: dict) -> dict:
-    from lengen.sweeps.worker import execute
+def _execute(sweep_path: str, job: dict) -> list[dict]:
+    from lengen.sweeps.worker import run_job
 
-    return execute(sweep_path, run_id, job, _device)
+    return run_job(sweep_path, job, _device)
 
 
 def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, on_tick) -> None:
@@ -34,18 +34,19 @@ def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, 
     monkeypatching reach the training code)."""
     import torch
 
-    from lengen.sweeps.worker import execute
+    from lengen.sweeps.worker import run_job
 
     torch.set_num_threads(threads)
-    for run_id, job in jobs:
-        on_result(execute(sweep_path, run_id, job, device))
+    for job in jobs:
+        for result in run_job(sweep_path, job, device):
+            on_result(result)
         on_tick()
 
 
 def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[str], on_result, on_tick,
               tick_seconds: float = 2.0, max_pool_restarts: int = 3) -> None:
-    """Run `jobs` ([(run_id, config dict)]) on a process pool; `on_result(result)` per finished
-    job, `on_tick()` every `tick_seconds`. A worker that dies (out of memory, a signal) breaks the
+    """Run `jobs` (job dicts from lengen.sweeps.worker.job: one run or a group each) on a process
+    pool; `on_result(result)` per finished run, `on_tick()` every `tick_seconds`. A worker that dies (out of memory, a signal) breaks the
     pool: it is rebuilt and the unfinished jobs resubmitted (they resume from their checkpoints).
     One worker runs in this process."""
     if workers == 1:
@@ -57,7 +58,7 @@ def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[s
         counter = ctx.Value("i", 0)
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=ctx,
                                    initializer=_init_worker, initargs=(threads, devices, counter))
-        futures = {pool.submit(_execute, sweep_path, run_id, job): (run_id, job) for run_id, job in todo}
+        futures = {pool.submit(_execute, sweep_path, job): job for job in todo}
         broken = False
         try:
             while futures:
@@ -65,11 +66,13 @@ def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[s
                 for f in done:
                     job = futures.pop(f)
                     try:
-                        on_result(f.result())
+                        results = f.result()
                     except BrokenProcessPool:
                         broken = True
                         futures[f] = job  # keep it for the resubmission below
                         break
+                    for result in results:
+                        on_result(result)
                 if broken:
                     break
                 on_tick()

@@ -20,15 +20,15 @@ def _import_ray():
     return ray
 
 
-def _execute(sweep_path: str, run_id: str, job: dict, device: str, threads: int) -> dict:
+def _execute(sweep_path: str, job: dict, device: str, threads: int) -> list[dict]:
     import torch
 
-    from lengen.sweeps.worker import execute
+    from lengen.sweeps.worker import run_job
 
     torch.set_num_threads(threads)
     if device.startswith("cuda"):
         device = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned: that is cuda:0
-    return execute(sweep_path, run_id, job, device)
+    return run_job(sweep_path, job, device)
 
 
 def connect(address: str | None, num_cpus: int | None = None):
@@ -51,14 +51,17 @@ def run_ray(jobs, sweep_path: str, address: str | None, device: str, threads: in
     task = ray.remote(_execute).options(num_cpus=threads, num_gpus=1.0 / runs_per_gpu if use_gpu else 0,
                                         max_retries=MAX_RETRIES, retry_exceptions=False)
     run_device = "cuda" if use_gpu else "cpu"
-    refs = {task.remote(sweep_path, run_id, job, run_device, threads): run_id for run_id, job in jobs}
+    refs = {task.remote(sweep_path, job, run_device, threads): job for job in jobs}
     while refs:
         done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=tick_seconds, fetch_local=True)
         for ref in done:
-            run_id = refs.pop(ref)
+            job = refs.pop(ref)
             try:
-                on_result(ray.get(ref))
+                results = ray.get(ref)
             except ray.exceptions.RayError as e:  # the worker died MAX_RETRIES + 1 times
-                on_result({"run_id": run_id, "status": "failed", "seconds": 0.0,
-                           "error": " ".join(f"{type(e).__name__}: {e}".split())[:500]})
+                error = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+                results = [{"run_id": r["run_id"], "status": "failed", "seconds": 0.0, "error": error}
+                           for r in job["runs"]]
+            for result in results:
+                on_result(result)
         on_tick()

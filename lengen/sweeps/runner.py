@@ -15,6 +15,7 @@ from lengen.devices import resolve_device
 from lengen.errors import LengenError
 from lengen.progress import progress_bar
 from lengen.sweeps.spec import SweepSpec, expand
+from lengen.sweeps.grouping import default_group_size, plan_groups
 from lengen.sweeps.sweep_dir import SweepDir
 from lengen.sweeps.worker import job
 
@@ -28,13 +29,14 @@ class SweepOptions:
     workers: int | None = None      # local: processes (default: cores // threads, or K per GPU)
     threads: int | None = None      # torch threads per run (default 1 on the CPU)
     runs_per_gpu: int = 8           # runs sharing each GPU (8: 5.4x one run on an H100, docs/sweeps.md)
+    group_size: int | None = None   # runs trained together in one process (None: per device, lengen.sweeps.grouping)
     ray_address: str | None = None
     progress: bool = True
 
     def validate(self) -> None:
         if self.backend not in ("local", "ray"):
             raise LengenError(f"unknown backend {self.backend!r}; valid: local, ray")
-        for name in ("workers", "threads", "runs_per_gpu"):
+        for name in ("workers", "threads", "runs_per_gpu", "group_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise LengenError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -87,15 +89,18 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     if busy:
         raise LengenError(f"{len(busy)} runs of this sweep are running in another process (e.g. "
                           f"{busy[0]}); wait for it or stop it first")
-    jobs = [(r.run_id, job(spec, r)) for r in runs if states[r.run_id] != "done"]
+    todo = [r for r in runs if states[r.run_id] != "done"]
+    size = opts.group_size or (default_group_size(devices) if opts.backend == "local" else 1)
+    jobs = [job(spec, group) for group in plan_groups(todo, spec.command, sweep, size)]
     writer = spec.kind.results_writer(sweep, runs, spec.evaluation)
-    counts = {"done": len(runs) - len(jobs), "failed": 0}
+    counts = {"done": len(runs) - len(todo), "failed": 0}
     where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
-    print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(jobs)} to run ({where})")
+    grouped = f", in {len(jobs)} groups of up to {size}" if len(jobs) < len(todo) else ""
+    print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(todo)} to run{grouped} ({where})")
     bar = progress_bar(len(runs), f"sweep {spec.name}", disable=not opts.progress, initial=counts["done"],
                        unit="run")
-    active = {rid for rid, _ in jobs}
+    active = {r.run_id for r in todo}
     last_write = [time.monotonic()]
 
     def on_result(result: dict) -> None:

@@ -24,35 +24,105 @@ def _log(sweep: SweepDir, run_id: str, line: str) -> None:
         f.write(f"[{stamp}] {line}\n")
 
 
-def job(spec, run) -> dict:
-    """What a worker needs to execute one run of `spec`: plain data, so it pickles to any process."""
-    return {"kind": spec.command, "config": run.config.to_dict(), "eval": spec.evaluation,
-            "done_file": spec.kind.done_file(spec.evaluation)}
+def job(spec, runs) -> dict:
+    """What a worker needs to execute one run of `spec`, or a group of runs trained together
+    (lengen.training.group): plain data, so it pickles to any process."""
+    return {"kind": spec.command, "runs": [{"run_id": r.run_id, "config": r.config.to_dict()} for r in runs],
+            "eval": spec.evaluation, "done_file": spec.kind.done_file(spec.evaluation)}
+
+
+def run_job(sweep_path: str, job: dict, device: str) -> list[dict]:
+    """Execute a job (one run or a group) on `device`; one result per run."""
+    if len(job["runs"]) == 1:
+        return [execute(sweep_path, job["runs"][0]["run_id"], job, device)]
+    return execute_group(sweep_path, job, device)
 
 
 def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
-    """Train and evaluate run `run_id` of the sweep in `sweep_path` on `device` (`job` from
-    `job()`). Returns {"run_id", "status": done | failed | busy | skipped, "error"?, "seconds"}."""
+    """Train and evaluate run `run_id` of the sweep in `sweep_path` on `device`. Returns
+    {"run_id", "status": done | failed | busy | skipped, "error"?, "seconds"}."""
     sweep = SweepDir(sweep_path, job["done_file"])
     lock = RunLock(sweep.state_file(run_id, "lock"))
     if not lock.acquire():
         return {"run_id": run_id, "status": "busy", "seconds": 0.0}  # another sweep process runs it
     start = time.perf_counter()
     try:
-        result = _attempt(sweep, run_id, job, device)
+        config = next(r["config"] for r in job["runs"] if r["run_id"] == run_id)
+        result = _attempt(sweep, run_id, config, job, device)
     finally:
         lock.release()
     return {"run_id": run_id, **result, "seconds": round(time.perf_counter() - start, 3)}
 
 
-def _attempt(sweep: SweepDir, run_id: str, job: dict, device: str) -> dict:
+def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
+    """Train the runs of `job` together (lengen.training.group.train_group): the members this
+    process can lock and that are not done; each keeps its own run directory, log and outcome."""
+    from lengen.training.config import TrainConfig
+    from lengen.training.group import train_group
+
+    sweep = SweepDir(sweep_path, job["done_file"])
+    results, members, locks = [], [], []
+    for r in job["runs"]:
+        lock = RunLock(sweep.state_file(r["run_id"], "lock"))
+        if not lock.acquire():
+            results.append({"run_id": r["run_id"], "status": "busy", "seconds": 0.0})
+        elif sweep.state(r["run_id"]) == "done":
+            lock.release()
+            results.append({"run_id": r["run_id"], "status": "skipped", "seconds": 0.0})
+        else:
+            locks.append(lock)
+            members.append(r)
+    start = time.perf_counter()
+    try:
+        if members:
+            ids = [m["run_id"] for m in members]
+            cfgs = [TrainConfig.from_dict(m["config"]) for m in members]
+            for cfg in cfgs:
+                cfg.device = device
+            for rid in ids:
+                _log(sweep, rid, f"{'resume' if (sweep.run_path(rid) / 'checkpoint.pt').exists() else 'start'} in a "
+                     f"group of {len(ids)} on {socket.gethostname()} pid {os.getpid()} device {device}")
+            error = None
+            try:
+                train_group(cfgs, [sweep.run_path(rid) for rid in ids], progress=False)
+            except Exception as e:  # noqa: BLE001 - recorded per member, the sweep goes on
+                error = " ".join(f"{type(e).__name__}: {e}".split())
+                trace = traceback.format_exc()
+            seconds = round(time.perf_counter() - start, 3)
+            for rid in ids:
+                if sweep.state(rid) == "done":  # a diverged member does not fail the others
+                    _finished(sweep, rid)
+                    score = io.read_json(sweep.run_path(rid) / "eval.json").get("score")
+                    _log(sweep, rid, f"finished: score {score} (in a group of {len(ids)})")
+                    results.append({"run_id": rid, "status": "done", "seconds": seconds})
+                else:
+                    _failed(sweep, rid, error or "no evaluation written", error and trace)
+                    results.append({"run_id": rid, "status": "failed", "error": error, "seconds": seconds})
+    finally:
+        for lock in locks:
+            lock.release()
+    return results
+
+
+def _failed(sweep: SweepDir, run_id: str, error: str, trace: str | None) -> None:
+    io.write_json(sweep.state_file(run_id, "failure.json"), {"error": error, "type": error.split(":")[0],
+                  "time": datetime.datetime.now().isoformat(timespec="seconds")})
+    _log(sweep, run_id, f"failed: {error}" + (f"\n{trace}" if trace else ""))
+
+
+def _finished(sweep: SweepDir, run_id: str) -> None:
+    sweep.state_file(run_id, "failure.json").unlink(missing_ok=True)
+    sweep.state_file(run_id, "progress.json").unlink(missing_ok=True)  # progress is for runs in training
+
+
+def _attempt(sweep: SweepDir, run_id: str, config: dict, job: dict, device: str) -> dict:
     from lengen.sweeps.kinds import KINDS
 
     kind = KINDS[job["kind"]]
     path = sweep.run_path(run_id)
     if sweep.state(run_id) == "done":
         return {"status": "skipped"}
-    cfg = kind.config_from_dict(job["config"])
+    cfg = kind.config_from_dict(config)
     cfg.device = device
     resumed = (path / "checkpoint.pt").exists()
     _log(sweep, run_id, f"{'resume' if resumed else 'start'} on {socket.gethostname()} pid {os.getpid()} "
@@ -69,11 +139,8 @@ def _attempt(sweep: SweepDir, run_id: str, job: dict, device: str) -> dict:
         summary = kind.execute(path, cfg, job["eval"], job["done_file"], on_log)
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
         error = " ".join(f"{type(e).__name__}: {e}".split())
-        io.write_json(sweep.state_file(run_id, "failure.json"), {"error": error, "type": type(e).__name__,
-                                              "time": datetime.datetime.now().isoformat(timespec="seconds")})
-        _log(sweep, run_id, f"failed: {error}\n{traceback.format_exc()}")
+        _failed(sweep, run_id, error, traceback.format_exc())
         return {"status": "failed", "error": error}
-    sweep.state_file(run_id, "failure.json").unlink(missing_ok=True)
-    sweep.state_file(run_id, "progress.json").unlink(missing_ok=True)  # progress is for runs in training
+    _finished(sweep, run_id)
     _log(sweep, run_id, f"finished: {summary}")
     return {"status": "done"}
