@@ -15,8 +15,15 @@ import torch.nn.functional as F
 
 from lengen.errors import LengenError
 from lengen.models import ModelConfig
-from lengen.models.recurrent import (LSTMModel, RNNModel, StackRNNModel, TapeRNNModel, build_model, stack_update,
-                                     tape_update)
+from lengen.models.recurrent import (
+    LSTMModel,
+    RNNModel,
+    StackRNNModel,
+    TapeRNNModel,
+    build_model,
+    stack_update,
+    tape_update,
+)
 from lengen.reports import aggregate as agg
 from lengen.sweeps import expand, parse_spec, run_id
 from lengen.training.config import TrainConfig

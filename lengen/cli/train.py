@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from lengen.cli.options import add_device_arguments, format_table, parse_key_values, set_threads
-from lengen.training.config import TrainConfig
 from lengen.models.config import ARCHITECTURES
+from lengen.training.config import TrainConfig
 from lengen.training.options import TRAIN_OPTIONS, check_given_options, config_from_options
 
 EPILOG = """examples:
