@@ -287,6 +287,19 @@ def test_runs_train_checkpoint_and_reload(arch, tmp_path):
     trained.load_state_dict(torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["model"])
     x = torch.randint(0, 2, (2, 5))
     assert torch.equal(parts.model(x, 10), trained(x, 10))
+    assert record["model"] == arch  # eval.json says which model it scored
+
+
+def test_inspect_refuses_a_recurrent_run(tmp_path, capsys):
+    from lengen.cli import main
+
+    cfg = TrainConfig(task="parity_check", model=ModelConfig(architecture="lstm", hidden_size=8), steps=1,
+                      batch_size=2, train_length=2, max_length=2, eval_samples=2)
+    train(cfg, tmp_path / "run", progress=False)
+    assert main(["inspect", str(tmp_path / "run"), "--out", str(tmp_path / "ins")]) == 2
+    err = capsys.readouterr().err
+    assert "is a lstm run: lengen inspect shows a Transformer's" in err and "Traceback" not in err
+    assert not (tmp_path / "ins").exists()
 
 
 # -- configs, run ids, command line, sweeps, reports --------------------------------------------

@@ -61,6 +61,9 @@ def open_run(run_dir, length: int | None = None, device: str | None = None) -> I
 
     run = RunDir(run_dir)
     cfg = TrainConfig.from_dict(run.read_config(), where=str(run.path))
+    if cfg.model.architecture != "transformer":
+        raise LengenError(f"{run.path} is a {cfg.model.architecture} run: lengen inspect shows a Transformer's "
+                          "attention maps and activations, and a recurrent model has neither attention nor positions")
     if device is not None:
         cfg.device = device
     dev = resolve_device(cfg.device)

@@ -187,7 +187,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
                                cfg.eval_tokens, progress=bar)
     bar.close()
     record = {
-        "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
+        "task": cfg.task, "model": cfg.model.architecture, "pe": cfg.model.pe, "positions": cfg.positions,
         "test_positions": parts.test_mode, "train_length": cfg.train_length, "max_length": max_length,
         "eval_samples": samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,
         "steps": cfg.steps,
