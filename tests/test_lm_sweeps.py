@@ -200,3 +200,16 @@ def test_report_of_an_lm_sweep_averages_log_ppl_over_seeds(tmp_path, capsys):
         assert len(cell) == 1 and cell["mean"].item() == pytest.approx(mean) and cell["std"].item() == pytest.approx(std)
         assert cell["n"].item() == 2
     assert (out / "report" / "index.html").exists() and (out / "report" / "ppl_vs_length.png").stat().st_size > 0
+
+
+def test_ray_backend_gives_the_local_tables(tmp_path):
+    ray = pytest.importorskip("ray")
+    spec = load_spec(write_spec(tmp_path / "s.yaml", {"pe": ["rope", "alibi"]}))
+    run_sweep(spec, tmp_path / "local", SweepOptions(device="cpu", workers=1, progress=False))
+    try:
+        counts = run_sweep(spec, tmp_path / "ray", SweepOptions(backend="ray", device="cpu", progress=False))
+    finally:
+        ray.shutdown()
+    assert counts["done"] == 2
+    assert read_csv(tmp_path / "ray" / "results.csv", TIMING) == read_csv(tmp_path / "local" / "results.csv", TIMING)
+    assert (tmp_path / "ray" / "ppl_by_length.csv").read_bytes() == (tmp_path / "local" / "ppl_by_length.csv").read_bytes()
