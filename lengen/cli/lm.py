@@ -30,14 +30,21 @@ EVAL_EPILOG = """examples:
   lengen lm eval runs/lm-rope --protocol last-segment --segment 256 --methods rope,rerope:window=128+logn
   # passkey retrieval accuracy (landmark / YaRN prompt format)
   lengen lm eval runs/lm-rope --protocol passkey --lengths 512,1024 --trials 20 --out results/passkey
+  # RULER-style tasks (needles, variable tracking, common words): accuracy per task and length
+  lengen lm eval runs/lm-rope --protocol ruler --tasks niah_single,vt,cwe --lengths 1k,2k --trials 10
   # non-RoPE models are evaluated as trained
   lengen lm eval runs/lm-alibi --methods base --lengths 256,1024,4096
 
 Methods (RoPE models only; "rope" = as trained) are lengen.extrapolation specs, comma-separated;
 options follow a colon and methods compose with "+". An option the protocol does not use is
 refused: --docs and --batch-size are for ppl and last-segment, --segment for last-segment, --trials
-and --seed for passkey (the same rule as `lengen hf eval`). Writes results.csv (method, length, ppl or
-accuracy, ...), results.json and a plot into --out (default RUN_DIR/eval-PROTOCOL).
+and --seed for passkey and ruler, --tasks for ruler (the same rule as `lengen hf eval`). Writes
+results.csv (method, length, ppl or accuracy, ...; ruler: method, task, length, accuracy, ...),
+results.json and a plot into --out (default RUN_DIR/eval-PROTOCOL).
+
+ruler tasks: niah_single, niah_single_word, niah_single_uuid, niah_multikey, niah_multivalue,
+niah_multiquery, vt, cwe (docs/language_models.md defines them); a trial scores the fraction of its
+expected answers found as whole words in the greedy continuation.
 """
 
 
@@ -99,10 +106,10 @@ def _only(option: str) -> str:
 
 
 def _add_eval(sub) -> None:
-    from lengen.lm.evaluate import LMEvalConfig
+    from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig
 
     d = LMEvalConfig()
-    p = sub.add_parser("eval", help="perplexity / last-segment / passkey against context length",
+    p = sub.add_parser("eval", help="perplexity / last-segment / passkey / ruler against context length",
                        description="Evaluate a trained LM run against context length.", epilog=EVAL_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen lm train`")
@@ -111,7 +118,7 @@ def _add_eval(sub) -> None:
                    "longest length / training length, rerope, self_extend; base otherwise)")
     p.add_argument("--lengths", type=parse_lengths, help="context lengths, comma-separated, 4096 or 4k "
                    "(default: 1, 2, 4, 8 x the training length)")
-    p.add_argument("--protocol", default="ppl", choices=["ppl", "last-segment", "passkey"], help="(ppl)")
+    p.add_argument("--protocol", default="ppl", choices=list(PROTOCOLS), help="(ppl)")
     p.add_argument("--segment", type=int, metavar="K", help=f"{_only('segment')}: scored tokens at the "
                    "end of each sequence (default: min(training length, shortest length))")
     p.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: validation sequences "
@@ -119,6 +126,7 @@ def _add_eval(sub) -> None:
     p.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
                    f"({d.trials})")
     p.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed ({d.seed})")
+    p.add_argument("--tasks", metavar="T,T", help=f"{_only('tasks')}: comma-separated tasks (default: all)")
     p.add_argument("--batch-size", type=int, metavar="B", help=f"{_only('batch_size')}: sequences per "
                    f"forward pass ({d.batch_size})")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
@@ -154,12 +162,13 @@ def run_train(args) -> int:
 def run_eval(args) -> int:
     from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
     from lengen.extrapolation import split_methods
-    from lengen.protocols.options import check_protocol_options
+    from lengen.protocols.options import check_protocol_options, split_tasks
 
     set_threads(args.threads)
     methods = split_methods(args.methods) if args.methods is not None else []
     # an option the protocol would ignore, or out of range: refused before the model is loaded
     given = {k: getattr(args, k) for k in ("segment", "docs", "trials", "seed", "batch_size")}
+    given["tasks"] = split_tasks(args.tasks)
     check_protocol_options(args.protocol, **given)
     ecfg = LMEvalConfig(methods=methods, lengths=args.lengths or [], protocol=args.protocol,
                         device=args.device or "auto", precision=args.precision or "fp32",

@@ -21,11 +21,14 @@ from lengen.protocols import (
     last_segment_perplexity,
     passkey_accuracy,
     perplexity_vs_length,
+    ruler_accuracy,
     write_results,
+    write_ruler_results,
 )
+from lengen.protocols.ruler import check_tasks
 from lengen.training.run_dir import RunDir
 
-PROTOCOLS = ("ppl", "last-segment", "passkey")
+PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
 
 
 @dataclass
@@ -35,9 +38,10 @@ class LMEvalConfig:
     protocol: str = "ppl"
     segment: int | None = None      # last-segment: scored tokens K (default: the shortest length)
     docs: int = 16                  # ppl / last-segment: validation sequences
-    trials: int = 20                # passkey: prompts per length
-    seed: int = 0                   # passkey: prompt randomness (the ppl sequences are deterministic)
-    max_new_tokens: int = 10        # passkey: greedy continuation length
+    trials: int = 20                # passkey: prompts per length; ruler: per task and length
+    seed: int = 0                   # passkey, ruler: prompt randomness (the ppl sequences are deterministic)
+    tasks: list[str] = field(default_factory=list)   # ruler: empty = every task (lengen.protocols.ruler.TASKS)
+    max_new_tokens: int = 10        # passkey: greedy continuation length (ruler sizes it per task)
     batch_size: int = 1             # ppl / last-segment: sequences per forward pass (passkey: one prompt at a time)
     device: str = "auto"            # auto | cpu | cuda | cuda:N (lengen.devices)
     precision: str = "fp32"         # fp32 | tf32 | bf16: the forward passes' numeric mode
@@ -53,6 +57,8 @@ class LMEvalConfig:
         for name in ("docs", "trials", "batch_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.protocol == "ruler":
+            self.tasks = check_tasks(self.tasks)
         if self.protocol == "last-segment":
             self.segment = self.segment or min(train_length, min(self.lengths))
             if not 1 <= self.segment <= min(self.lengths):
@@ -104,6 +110,30 @@ def _passkey_rows(model, methods, ecfg: LMEvalConfig, meta: dict, bar) -> list[d
     return rows
 
 
+def _ruler_rows(model, methods, ecfg: LMEvalConfig, meta: dict, bar) -> list[dict]:
+    """One row per method, task and length; a (task, length) whose prompt does not fit, or that
+    the model cannot take, is a NaN row with a note."""
+    tok = ByteTokenizer()
+    meta["trial_records"] = []  # every prompt's answers, generated text and score
+    rows: list[dict] = []
+    for m in methods:
+        gen = model.generate_fn(m.method)
+        for task in ecfg.tasks:
+            for L in ecfg.lengths:
+                records: list[dict] = []
+                try:
+                    (pt,) = ruler_accuracy(gen, tok.encode, tok.decode, [L], [task], ecfg.trials, ecfg.seed,
+                                           records=records)
+                    rows.append({"method": m.label, **pt.row(), "note": ""})
+                except LengenError as e:
+                    rows.append({"method": m.label, "task": task, "length": L, "accuracy": math.nan,
+                                 "correct": None, "trials": ecfg.trials, "mean_prompt_tokens": None,
+                                 "note": str(e)})
+                meta["trial_records"] += [{"method": m.label, **r} for r in records]
+        bar.update(len(ecfg.lengths))
+    return rows
+
+
 def _ppl_rows(model, methods, ecfg: LMEvalConfig, cfg: LMConfig, meta: dict, bar) -> list[dict]:
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)
     seqs = long_sequences(corpus.val_docs, max(ecfg.lengths) + 1, ecfg.docs, corpus.eos)
@@ -149,11 +179,17 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")
     with precision_context(ecfg.precision, device):
-        if ecfg.protocol == "passkey":
+        if ecfg.protocol == "ruler":
+            rows = _ruler_rows(model, methods, ecfg, meta, bar)
+        elif ecfg.protocol == "passkey":
             rows, metric = _passkey_rows(model, methods, ecfg, meta, bar), "accuracy"
         else:
             rows, metric = _ppl_rows(model, methods, ecfg, cfg, meta, bar), "ppl"
     bar.close()
+    if ecfg.protocol == "ruler":
+        table = write_ruler_results(out_dir, rows, meta, cfg.train_length,
+                                    f"{cfg.model.pe} LM (train length {cfg.train_length}), ruler")
+        return {"rows": rows, "table": table, "out_dir": str(out_dir), "metric": "accuracy", "meta": meta}
     title = f"{cfg.model.pe} LM (train length {cfg.train_length}), {ecfg.protocol}" + (
         f" (last {ecfg.segment} tokens)" if ecfg.segment else "")
     table = write_results(out_dir, rows, meta, metric, cfg.train_length, title,

@@ -7,16 +7,17 @@ model is loaded), the same way in both commands.
     --corpus       ppl, last-segment     where the sequences come from (hf eval only)
     --batch-size   ppl, last-segment     sequences per forward pass (lm eval only); passkey
                                          generates one prompt at a time
-    --trials       passkey               prompts per length
-    --seed         passkey               the prompts' keys and needle depths (the corpus
+    --trials       passkey, ruler        prompts per length (ruler: per task and length)
+    --seed         passkey, ruler        the prompts' keys, values and needle depths (the corpus
                                          sequences of ppl / last-segment are deterministic)
+    --tasks        ruler                 which RULER-style tasks (default all)
 """
 
 from __future__ import annotations
 
 from lengen.errors import LengenError
 
-PROTOCOLS = ("ppl", "last-segment", "passkey")
+PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
 
 # option (argparse dest) -> the protocols that use it
 USED_BY: dict[str, tuple[str, ...]] = {
@@ -24,8 +25,9 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "docs": ("ppl", "last-segment"),
     "corpus": ("ppl", "last-segment"),
     "batch_size": ("ppl", "last-segment"),
-    "trials": ("passkey",),
-    "seed": ("passkey",),
+    "trials": ("passkey", "ruler"),
+    "seed": ("passkey", "ruler"),
+    "tasks": ("ruler",),
 }
 POSITIVE = ("segment", "docs", "batch_size", "trials")   # counts: >= 1
 NON_NEGATIVE = ("seed",)
@@ -58,3 +60,23 @@ def check_protocol_options(protocol: str, **given) -> None:
             raise LengenError(f"{flag(option)} must be >= 1, got {value}")
         if option in NON_NEGATIVE and value < 0:
             raise LengenError(f"{flag(option)} must be >= 0, got {value}")
+        if option == "tasks":
+            check_task_names(value)
+
+
+def split_tasks(text: str | list[str] | None) -> list[str] | None:
+    """'vt,cwe' (or ['vt', 'cwe,niah_single']) -> ['vt', 'cwe', ...]; None stays None."""
+    if text is None:
+        return None
+    items = [text] if isinstance(text, str) else list(text)
+    return [t.strip() for item in items for t in item.split(",") if t.strip()]
+
+
+def check_task_names(tasks: list[str]) -> None:
+    from lengen.protocols.ruler.tasks import TASKS
+
+    if not tasks:
+        raise LengenError(f"--tasks needs at least one task; valid: {', '.join(TASKS)}")
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise LengenError(f"--tasks: unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
