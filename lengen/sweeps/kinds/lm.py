@@ -122,7 +122,8 @@ class LMKind(SweepKind):
 
         ecfg = self.eval_config(evaluation, cfg.train_length)
         try:
-            with torch.random.fork_rng():  # the check draws no number of anyone's stream
+            # shapes and options only: no memory, and no number drawn from anyone's stream
+            with torch.random.fork_rng(), torch.device("meta"):
                 model = DecoderLM(copy.deepcopy(cfg.model), ByteTokenizer.vocab_size)
         except LengenError:
             raise
