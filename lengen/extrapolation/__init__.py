@@ -1,5 +1,6 @@
 """Training-free length extrapolation for RoPE attention: frequency methods (pi, ntk, dynamic,
-yarn, llama3), position-remapping attention (rerope, leaky_rerope, self_extend, lambda, sinks) and
+yarn, llama3, longrope), position-remapping attention (rerope, leaky_rerope, self_extend, lambda,
+sinks, dca, string) and
 log-n scaling, composable with "+". None changes weights.
 
     from lengen.extrapolation import RopeSpec, build_method
@@ -16,17 +17,20 @@ from lengen.errors import LengenError
 from lengen.extrapolation.base import ExtrapolationMethod, RopeSpec, causal_attention, sequence_length
 from lengen.extrapolation.cache import RawKVCache
 from lengen.extrapolation.compose import PLAIN_NAMES, ComposedMethod, is_plain, parse_spec, split_methods
+from lengen.extrapolation.dca import DualChunk
 from lengen.extrapolation.dynamic import DynamicNtk
 from lengen.extrapolation.lambda_mask import LambdaMask, Sinks
 from lengen.extrapolation.leaky_rerope import LeakyReRope
 from lengen.extrapolation.llama3 import Llama3
 from lengen.extrapolation.logn import LogN
+from lengen.extrapolation.longrope import LongRope
 from lengen.extrapolation.ntk import NtkAware
 from lengen.extrapolation.pi import PositionInterpolation
 from lengen.extrapolation.plain import PlainRope
 from lengen.extrapolation.remap import RemapMethod
 from lengen.extrapolation.rerope import ReRope
 from lengen.extrapolation.self_extend import SelfExtend
+from lengen.extrapolation.string_method import String
 from lengen.extrapolation.yarn import Yarn
 from lengen.registry import Registry
 
@@ -37,11 +41,14 @@ METHODS.add("ntk", NtkAware)
 METHODS.add("dynamic", DynamicNtk)
 METHODS.add("yarn", Yarn)
 METHODS.add("llama3", Llama3)
+METHODS.add("longrope", LongRope)
 METHODS.add("rerope", ReRope)
 METHODS.add("leaky_rerope", LeakyReRope)
 METHODS.add("self_extend", SelfExtend)
 METHODS.add("lambda", LambdaMask)
 METHODS.add("sinks", Sinks)
+METHODS.add("dca", DualChunk)
+METHODS.add("string", String)
 METHODS.add("logn", LogN)
 
 
