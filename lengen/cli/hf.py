@@ -1,6 +1,6 @@
 """`lengen hf eval`: training-free context extension of a local Hugging Face model (Llama, Mistral,
-Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity or passkey
-retrieval, for plain RoPE and any lengen extrapolation method."""
+Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity, passkey
+retrieval or RULER-style tasks, for plain RoPE and any lengen extrapolation method."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ EPILOG = """protocols:
                 scored: every length is compared on the same targets (ReRoPE's protocol)
   passkey       a key (1..50000) hidden in filler text of about L tokens, greedy answer; accuracy
                 over --trials prompts (landmark-attention / YaRN format, fixed --seed)
+  ruler         RULER-style tasks of about L tokens (needles with number / word / uuid values,
+                multi-key, multi-value, multi-query, variable tracking, common words; --tasks
+                picks some): per task, the mean fraction of expected answers found in the greedy
+                answer over --trials prompts (fixed --seed); docs/language_models.md defines them
 sequences: --docs sequences of max(--lengths) + 1 tokens from --corpus (lengen.data: documents
 tokenized with the model's tokenizer; long ones cut, short ones joined by EOS)
 an option the protocol does not use is refused: --corpus and --docs are for ppl and last-segment,
---segment for last-segment, --trials and --seed for passkey (the same rule as `lengen lm eval`)
+--segment for last-segment, --trials and --seed for passkey and ruler, --tasks for ruler (the same
+rule as `lengen lm eval`)
 
 methods: "rope" is the model as trained; any lengen spec, options after ":", parts joined by "+":
   pi:factor=4  ntk:factor=4  dynamic:factor=4  yarn:factor=4  llama3:factor=4
@@ -44,7 +49,8 @@ bfloat16 (float32 weights stay float32 in memory), tf32 runs float32 matmuls in 
 CUDA. --dtype bfloat16 computes in bfloat16 by itself; --precision bf16 with --dtype float16 is
 refused.
 
-Writes OUT/results.csv (method,length,ppl|accuracy), OUT/results.json (rows + settings and
+Writes OUT/results.csv (method,length,ppl|accuracy; ruler: method,task,length,accuracy,correct,
+trials,mean_prompt_tokens,note), OUT/results.json (rows + settings and
 versions) and OUT/plot.png (the trained length marked), saved after every result (all methods
 at a length before the next length): rerunning into the same --out (same settings) skips what is
 done and adds new methods, or lengths up to the longest there, to the same table and plot. Models are loaded from local folders only (local_files_only=True):
@@ -60,7 +66,7 @@ def _only(option: str) -> str:
 
 
 def add_parser(sub) -> None:
-    from lengen.hf.evaluate import EvalSettings
+    from lengen.hf.evaluate import METRIC, EvalSettings
 
     d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
@@ -79,7 +85,7 @@ def add_parser(sub) -> None:
                    help="methods to compare, space- or comma-separated as in `lengen lm eval` (default: rope)")
     e.add_argument("--lengths", nargs="+", type=parse_lengths, required=True, metavar="L",
                    help="context lengths in tokens (4096 or 4k), space- or comma-separated")
-    e.add_argument("--protocol", choices=["ppl", "last-segment", "passkey"], default="ppl")
+    e.add_argument("--protocol", choices=list(METRIC), default="ppl")
     e.add_argument("--corpus", metavar="PATH_OR_GLOB", help=f"{_only('corpus')}: local text files, a "
                    "file, a folder or a glob (default: this Python's standard-library sources)")
     e.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: corpus sequences "
@@ -89,6 +95,8 @@ def add_parser(sub) -> None:
     e.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
                    f"(default {d.trials})")
     e.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed (default {d.seed})")
+    e.add_argument("--tasks", nargs="+", metavar="T", help=f"{_only('tasks')}: tasks, space- or "
+                   "comma-separated (default: all)")
     e.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
     e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
@@ -108,11 +116,12 @@ def run_eval(args) -> int:
 
     from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
     from lengen.extrapolation import split_methods
-    from lengen.protocols.options import check_protocol_options
+    from lengen.protocols.options import check_protocol_options, split_tasks
 
     set_threads(args.threads)
     # an option the protocol would ignore, or out of range: refused before the model is loaded
     given = {k: getattr(args, k) for k in ("corpus", "docs", "segment", "trials", "seed")}
+    given["tasks"] = split_tasks(args.tasks)
     check_protocol_options(args.protocol, **given)
     settings = EvalSettings(
         model_path=args.model_path, gguf_file=args.gguf_file,

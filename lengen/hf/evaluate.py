@@ -28,13 +28,15 @@ from lengen.extrapolation import is_plain
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
-                              plot_metric, write_csv)
+                              plot_metric, ruler_accuracy, write_csv)
 from lengen.protocols.options import USED_BY
+from lengen.protocols.ruler import check_tasks, ruler_table, task_means
 
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
 # passkey prompts) are not comparable: resuming them is refused
 PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
-METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy"}
+METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy", "ruler": "accuracy"}
+RULER_COLUMNS = ("method", "task", "length", "accuracy", "correct", "trials", "mean_prompt_tokens", "note")
 
 
 @dataclass
@@ -47,8 +49,9 @@ class EvalSettings:
     corpus: str | None = None        # None: the Python standard library's sources
     docs: int = 2                    # ppl / last-segment: corpus sequences
     segment: int | None = None       # last-segment: scored tokens (default min(lengths) // 2)
-    trials: int = 10                 # passkey prompts per length
-    seed: int = 0                    # passkey prompts' keys and depths
+    trials: int = 10                 # passkey prompts per length; ruler: per task and length
+    seed: int = 0                    # passkey / ruler prompts' keys, values and depths
+    tasks: list[str] | None = None   # ruler: None = every task (lengen.protocols.ruler.TASKS)
     dtype: str = "float32"
     attn: str = "sdpa"
     train_length: int | None = None  # default: config.max_position_embeddings
@@ -64,6 +67,8 @@ class EvalSettings:
             raise LengenError("lengths must be >= 2 tokens")
         if self.docs < 1 or self.trials < 1:
             raise LengenError("--docs and --trials must be >= 1")
+        if self.protocol == "ruler":
+            self.tasks = check_tasks(self.tasks)
         if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
             raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -159,7 +164,7 @@ def greedy_fn(model, pad_token_id: int):
 # settings that change what a (method, length) row means: rows are reused only if they agree
 # (device is not one: a row measured on the CPU and on a GPU agree within rounding)
 SAME_RESULTS = ("model_path", "gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
-                "dtype", "attn", "train_length", "precision")
+                "tasks", "dtype", "attn", "train_length", "precision")
 
 
 def run(settings: EvalSettings, progress: bool = True, previous: dict | None = None,
@@ -210,12 +215,19 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             t0 = time.time()
             answers: list[dict] = []   # passkey: each prompt's key and generated text
             with precision_context(settings.precision, device):
-                value = _score(settings, model, tokenizer, seqs, length, bar, answers)
+                if settings.protocol == "ruler":
+                    task_rows = _ruler_rows(settings, model, tokenizer, length, bar)
+                else:
+                    value = _score(settings, model, tokenizer, seqs, length, bar, answers)
         finally:
             if not is_plain(method):
                 restore(model)
-        rows.append({"method": method, "length": length, meta["metric"]: value,
-                     "seconds": round(time.time() - t0, 1), **({"answers": answers} if answers else {})})
+        if settings.protocol == "ruler":   # one row per task, all of a (method, length) at once
+            seconds = round(time.time() - t0, 1)
+            rows += [{"method": method, **r, "seconds": seconds} for r in task_rows]
+        else:
+            rows.append({"method": method, "length": length, meta["metric"]: value,
+                         "seconds": round(time.time() - t0, 1), **({"answers": answers} if answers else {})})
         if on_row is not None:
             on_row(result)
     bar.close()
@@ -241,7 +253,7 @@ def _sequence_tokens(settings: EvalSettings, previous: dict | None) -> int | Non
     """Tokens per corpus sequence (None for passkey): max(lengths) + 1, or what the rows being
     resumed were measured on. Longer sequences would come from other documents (and move the
     last segment), so a length beyond the earlier ones is refused rather than silently mixed."""
-    if settings.protocol == "passkey":
+    if settings.protocol in ("passkey", "ruler"):
         return None
     need = max(settings.lengths) + 1
     before = (previous or {}).get("meta", {}).get("sequence_tokens")
@@ -300,11 +312,34 @@ def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress
                             progress=progress, records=answers)[0].accuracy
 
 
+def _ruler_rows(settings: EvalSettings, model, tokenizer, length: int, progress) -> list[dict]:
+    """One row per task at this length (task, length, accuracy, correct, trials, mean_prompt_tokens,
+    note, answers); a task whose prompt does not fit the length is a row with accuracy None and a note."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    generate = greedy_fn(model, pad if pad is not None else 0)
+    out = []
+    for task in settings.tasks:
+        records: list[dict] = []
+        try:
+            (point,) = ruler_accuracy(generate, tokenizer.encode, tokenizer.decode, [length], [task],
+                                      settings.trials, settings.seed, records=records)
+            row = {**point.row(), "note": ""}
+        except LengenError as e:
+            row = {"task": task, "length": length, "accuracy": None, "correct": None,
+                   "trials": settings.trials, "mean_prompt_tokens": None, "note": str(e)}
+        out.append({**row, "answers": records})
+    if progress is not None:
+        progress.update(1)
+    return out
+
+
 # --- results: OUT/results.csv, results.json, plot.png -------------------------------------------
 
 def result_table(result: dict) -> str:
     """Methods as rows, lengths as columns."""
     metric = result["meta"]["metric"]
+    if result["meta"]["protocol"] == "ruler":
+        return ruler_table(result["rows"])
     return pivot_table(result["rows"], metric, "{:.2f}" if metric == "accuracy" else "{:.3f}")
 
 
@@ -314,13 +349,18 @@ def save_result(result: dict, out: Path, plot_too: bool = True) -> list[Path]:
     meta, rows, out = result["meta"], result["rows"], Path(out)
     metric = meta["metric"]
     paths = [out / "results.csv", out / "results.json"]
-    write_csv(paths[0], [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in rows])
+    if meta["protocol"] == "ruler":
+        write_csv(paths[0], [{k: r.get(k) for k in RULER_COLUMNS} for r in rows])
+    else:
+        write_csv(paths[0], [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in rows])
     io.write_json(paths[1], result)
     if plot_too:
         paths.append(out / "plot.png")
         name = Path(meta["gguf_file"]).stem if meta.get("gguf_file") else Path(meta["model_path"]).name
         title = f"{name}: {meta['protocol']}" + (
             f" (last {meta['segment']} tokens)" if meta["protocol"] == "last-segment" else "")
+        if meta["protocol"] == "ruler":   # one line per method: the mean accuracy over tasks
+            rows, title = task_means(rows), f"{title}, mean accuracy over tasks"
         finite = [r for r in rows if r[metric] is not None and math.isfinite(r[metric])]
         plot_metric(finite, metric, meta["train_length"], paths[2], title, log_y=metric != "accuracy")
     return paths
