@@ -268,3 +268,106 @@ def test_incremental_decoding_equals_full_forward(spec):
     x = ids()
     assert_incremental_matches_full(model, method, x, ONE_BY_ONE)
     assert_incremental_matches_full(model, method, x, CHUNKS)
+
+
+# ---- lengen.hf: transformers' own longrope, and the configs extend() reads ----------------------
+HF_L0 = 32
+SHORT = [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.8, 2.0]           # head_dim 16: 8 factors
+LONG = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0]
+
+
+def hf_tiny(model_type="llama", rope_parameters=None, **extra):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    kwargs = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=100, max_position_embeddings=4 * HF_L0,
+                  initializer_range=0.1)
+    kwargs["rope_parameters"] = rope_parameters or {"rope_type": "default", "rope_theta": 10000.0}
+    kwargs.update(extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(model_type, **kwargs)
+        return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHORT, "long_factor": LONG,
+            "original_max_position_embeddings": HF_L0}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("length", [20, HF_L0, HF_L0 + 1, 80])
+def test_longrope_matches_transformers(length):
+    from lengen.hf import extend, restore
+    ids = torch.randint(0, 100, (2, length), generator=torch.Generator().manual_seed(1))
+    reference = hf_tiny(rope_parameters=LONGROPE)
+    want = reference(ids).logits
+    plain = hf_tiny()
+    before = plain(ids).logits
+    # user-given factors on a plain-RoPE model of the same weights (factor = 128 / 32 as HF's default)
+    extend(plain, "longrope", short_factor=SHORT, long_factor=LONG, factor=4, train_length=HF_L0)
+    torch.testing.assert_close(plain(ids).logits, want, atol=1e-5, rtol=1e-5)
+    restore(plain)
+    torch.testing.assert_close(plain(ids).logits, before, atol=0, rtol=0)
+    # the longrope model itself: extend() reads its config (factors, L0, factor) instead of refusing
+    extend(reference, "longrope")
+    torch.testing.assert_close(reference(ids).logits, want, atol=1e-5, rtol=1e-5)
+    restore(reference)
+    torch.testing.assert_close(reference(ids).logits, want, atol=0, rtol=0)
+    assert not torch.allclose(want, before, atol=1e-4)   # longrope changes these logits at all
+
+
+@torch.no_grad()
+def test_longrope_decoding_with_the_cache_equals_full_forwards():
+    from lengen.hf import extend
+    model = hf_tiny(rope_parameters=LONGROPE)
+    extend(model, "longrope")
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(2))
+    # prefill past L0: the long table throughout (a cache crossing L0 holds higher layers' states
+    # computed with the short table, which no cache can avoid)
+    cache = model(ids[:, :34], use_cache=True).past_key_values
+    for t in range(34, 40):
+        step = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+        cache = step.past_key_values
+        torch.testing.assert_close(step.logits[:, -1], model(ids[:, :t + 1]).logits[:, -1],
+                                   atol=2e-5, rtol=1e-4)
+
+
+def test_hf_extend_reads_configs_that_ask_for_a_method():
+    from lengen.hf import extend, extension_of, restore
+    model = hf_tiny(rope_parameters=LONGROPE)
+    with pytest.raises(LengenError, match="longrope"):
+        extend(model, "yarn:factor=4")
+    extend(model, "longrope")
+    spec = extension_of(model)
+    assert spec.startswith("longrope:") and "factor=4.0" in spec and "/" in spec
+    restore(model)
+    dca_config = {"chunk_size": 24, "local_size": 4, "original_max_position_embeddings": 32}
+    qwen = hf_tiny("qwen2", dual_chunk_attention_config=dca_config)
+    extend(qwen, "dca")
+    assert extension_of(qwen) == "dca:chunk_size=24,local_size=4,original_length=32"
+    restore(qwen)
+    extend(qwen, "dca", chunk_size=16)   # a given option wins over the config
+    assert extension_of(qwen) == "dca:chunk_size=16,local_size=4,original_length=32"
+    restore(qwen)
+    extend(qwen, "rerope:window=8")       # the config does not restrict other methods (HF: plain RoPE)
+    restore(qwen)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("spec", ["dca:chunk_size=24,local_size=4,block=8", "string:shift=12,window=3",
+                                  "yarn:factor=2+dca:chunk_size=20,local_size=3"])
+def test_hf_extend_remaps_like_the_lm_attention(spec):
+    """Through lengen.hf the new remapping methods give the logits of full forwards when decoding
+    with transformers' cache, and differ from plain RoPE past their window."""
+    from lengen.hf import extend
+    model = hf_tiny()
+    ids = torch.randint(0, 100, (1, 70), generator=torch.Generator().manual_seed(3))
+    plain = model(ids).logits
+    extend(model, spec)
+    full = model(ids).logits
+    assert not torch.allclose(full[:, -1], plain[:, -1], atol=1e-4)
+    cache = model(ids[:, :50], use_cache=True).past_key_values
+    for t in range(50, 70):
+        step = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+        cache = step.past_key_values
+        torch.testing.assert_close(step.logits[:, -1], full[:, t], atol=2e-5, rtol=1e-4)

@@ -4,11 +4,17 @@ A supported model has the Llama rotary layout: one rotary module computing cos/s
 `inv_freq` buffer times an `attention_scaling` factor (half-split `rotate_half` layout applied to
 all channels of q and k), attention layers that dispatch through transformers'
 `ALL_ATTENTION_FUNCTIONS` and plain RoPE (`rope_type == "default"`) as trained.
+
+Two configs that ask for a lengen method are read instead of refused (`config_methods`): a
+`rope_type: longrope` rope_parameters / rope_scaling (Phi-3 style; only the "longrope" method may
+then be applied, its options default from the config) and Qwen2.5-1M's
+`dual_chunk_attention_config` (transformers runs such a model as plain RoPE; "dca" options default
+from it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -30,6 +36,10 @@ class ModelParts:
     rope_base: float
     max_positions: int              # config.max_position_embeddings
     attn_implementation: str        # "eager" or "sdpa" (what the model was loaded with)
+    # methods the config itself asks for: name -> default options for that part of a spec
+    config_methods: dict = field(default_factory=dict)
+    required_method: str | None = None   # a spec must contain this part (config rope_type longrope)
+    original_length: int | None = None   # L0 the config gives for the method it asks for
 
 
 def _config_value(config, key: str):
@@ -56,9 +66,11 @@ def inspect_model(model: nn.Module, require_attention: bool = True) -> ModelPart
         raise LengenError(f"{type(model).__name__} has no Llama-style rotary module "
                           "(model.model.rotary_emb with inv_freq and attention_scaling)")
     rope_type = _config_value(config, "rope_type") or "default"
-    if rope_type != "default":
+    if rope_type not in ("default", "longrope"):
         raise LengenError(f"the model already uses rope_type {rope_type!r}; lengen.hf methods start "
-                          "from plain RoPE, load the model without rope scaling")
+                          "from plain RoPE (or read a longrope config), load the model without rope "
+                          "scaling")
+    config_methods, required, original = config_method_options(config, rope_type)
     partial = _config_value(config, "partial_rotary_factor") or 1.0
     if float(partial) != 1.0:
         raise LengenError(f"partial_rotary_factor={partial} is not supported (only full-dimension RoPE)")
@@ -84,4 +96,32 @@ def inspect_model(model: nn.Module, require_attention: bool = True) -> ModelPart
     base_theta = _config_value(config, "rope_theta")
     return ModelParts(base=base, rotary=rotary, attentions=attentions, head_dim=head_dim,
                       rope_base=float(base_theta if base_theta is not None else 10000.0),
-                      max_positions=int(config.max_position_embeddings), attn_implementation=impl)
+                      max_positions=int(config.max_position_embeddings), attn_implementation=impl,
+                      config_methods=config_methods, required_method=required, original_length=original)
+
+
+def config_method_options(config, rope_type: str) -> tuple[dict, str | None, int | None]:
+    """({method name: options}, required method, L0) for the methods a config asks for."""
+    max_pos = int(config.max_position_embeddings)
+    if rope_type == "longrope":
+        original = getattr(config, "original_max_position_embeddings", None) \
+            or _config_value(config, "original_max_position_embeddings") or max_pos
+        original = int(original)
+        opts = {"short_factor": list(_config_value(config, "short_factor") or []),
+                "long_factor": list(_config_value(config, "long_factor") or [])}
+        if not opts["short_factor"] or not opts["long_factor"]:
+            raise LengenError("the longrope config lacks short_factor / long_factor")
+        factor = _config_value(config, "factor")
+        opts["factor"] = float(factor) if factor is not None else max_pos / original
+        if _config_value(config, "attention_factor") is not None:
+            opts["attention_factor"] = float(_config_value(config, "attention_factor"))
+        return {"longrope": opts}, "longrope", original
+    dca = getattr(config, "dual_chunk_attention_config", None)
+    if isinstance(dca, dict) and dca.get("chunk_size"):
+        opts = {"chunk_size": int(dca["chunk_size"])}
+        if dca.get("local_size") is not None:
+            opts["local_size"] = int(dca["local_size"])
+        if dca.get("original_max_position_embeddings"):
+            opts["original_length"] = int(dca["original_max_position_embeddings"])
+        return {"dca": opts}, None, None
+    return {}, None, None

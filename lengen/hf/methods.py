@@ -17,9 +17,17 @@ def _accepts(name: str, option: str) -> bool:
     return option in inspect.signature(METHODS.get(name).__init__).parameters
 
 
-def spec_with_options(spec: str, options: dict) -> str:
+def _format(value) -> str:
+    """A spec value: lists (longrope's factors) as "1/2.5/4", since "," separates options."""
+    if isinstance(value, (list, tuple)):
+        return "/".join(repr(float(x)) for x in value)
+    return str(value)
+
+
+def spec_with_options(spec: str, options: dict, defaults: dict | None = None) -> str:
     """'yarn', {'factor': 4} -> 'yarn:factor=4'. In a combination each option goes to the first
-    part that takes it: ('rerope+logn', window=128) -> 'rerope:window=128+logn'."""
+    part that takes it: ('rerope+logn', window=128) -> 'rerope:window=128+logn'. `defaults`
+    ({method name: options}, from the model config) fill the options of that part not given."""
     if not isinstance(spec, str) or not spec.strip():
         raise LengenError(f"method must be a spec string such as 'yarn:factor=4', got {spec!r}")
     parts = parse_spec(spec)
@@ -28,17 +36,22 @@ def spec_with_options(spec: str, options: dict) -> str:
         if target is None:
             raise LengenError(f"no part of {spec!r} takes the option {option!r}")
         target[option] = value
-    return "+".join(name + (":" + ",".join(f"{k}={v}" for k, v in opts.items()) if opts else "")
+    for name, opts in parts:
+        for option, value in (defaults or {}).get(name, {}).items():
+            opts.setdefault(option, value)
+    return "+".join(name + (":" + ",".join(f"{k}={_format(v)}" for k, v in opts.items()) if opts else "")
                     for name, opts in parts)
 
 
-def build(method, options: dict, head_dim: int, rope_base: float, train_length: int):
-    """(method object, spec string) from a spec string, or from a ready ExtrapolationMethod."""
+def build(method, options: dict, head_dim: int, rope_base: float, train_length: int,
+          defaults: dict | None = None):
+    """(method object, spec string) from a spec string, or from a ready ExtrapolationMethod.
+    `defaults`: {method name: options} the model config asks for (see lengen.hf.arch)."""
     if isinstance(method, ExtrapolationMethod):
         if options:
             raise LengenError("options cannot be combined with a method object; pass a spec string")
         return method, str(method)
-    spec = spec_with_options(method, options)
+    spec = spec_with_options(method, options, defaults)
     rope = RopeSpec(rotary_dim=head_dim, base=rope_base, train_length=train_length)
     return build_method(spec, rope), spec
 

@@ -29,6 +29,7 @@ from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.positions import PositionTracker
+from lengen.extrapolation import parse_spec
 
 _EXTENSIONS: "weakref.WeakKeyDictionary[nn.Module, Extension]" = weakref.WeakKeyDictionary()
 
@@ -44,6 +45,7 @@ class Extension:
     handles: list = field(default_factory=list)
     tracker: PositionTracker | None = None
     base_fn: object = None                      # the model's eager or sdpa attention function
+    saved_rope_type: str | None = None          # a longrope config's rotary rope_type, put back
 
     def attend(self, module, query, key, value, attention_mask, scaling, dropout, **kwargs):
         """Called by every attention layer with UN-rotated query [B,H,Tq,d], key, value
@@ -95,14 +97,23 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     `method` is a lengen spec ("yarn", "rerope:window=512+logn", ...); keyword options go to the
     part that takes them (`extend(model, "yarn", factor=4)`). `train_length` (default:
     config.max_position_embeddings), `base` and `rotary_dim` default from the model's config.
+    A config asking for a method (rope_type longrope, Qwen2's dual_chunk_attention_config) gives
+    that method's options (and, for longrope, train_length) when not passed; a longrope config
+    accepts only specs with "longrope".
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
     if model in _EXTENSIONS:
         raise LengenError(f"the model is already extended with {_EXTENSIONS[model].spec!r}; "
                           "call lengen.hf.restore(model) first")
     options = dict(options)
     parts = inspect_model(model, require_attention=False)
-    train_length = int(options.pop("train_length", None) or parts.max_positions)
-    method_obj, spec = build(method, options, parts.head_dim, parts.rope_base, train_length)
+    if parts.required_method and not (isinstance(method, str) and any(
+            name == parts.required_method for name, _ in parse_spec(method))):
+        raise LengenError(f"the model's config uses rope_type {parts.required_method!r}: only a spec "
+                          f"with {parts.required_method!r} (options read from the config) applies to "
+                          "it; load the model without rope scaling for other methods")
+    train_length = int(options.pop("train_length", None) or parts.original_length or parts.max_positions)
+    method_obj, spec = build(method, options, parts.head_dim, parts.rope_base, train_length,
+                             defaults=parts.config_methods)
     if method_obj.rope.rotary_dim != parts.head_dim:
         raise LengenError(f"rotary_dim={method_obj.rope.rotary_dim} differs from the model's "
                           f"head_dim {parts.head_dim}; partial rotary is not supported")
@@ -124,6 +135,9 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
         ext.base_fn = attn.base_function(parts.attn_implementation, parts.attentions[0])
         rotary.inv_freq = torch.zeros_like(rotary.inv_freq)   # identity rotation: cos 1, sin 0
         rotary.attention_scaling = 1.0
+        if getattr(rotary, "rope_type", "default") != "default":
+            # a longrope config: transformers would copy its long/short table into inv_freq
+            ext.saved_rope_type, rotary.rope_type = rotary.rope_type, "default"
         ext.handles = ext.tracker.attach(parts.base)
         for module in parts.attentions:
             attn._OWNERS[module] = ext
@@ -138,6 +152,8 @@ def restore(model: nn.Module) -> nn.Module:
         raise LengenError("the model is not extended by lengen.hf")
     ext.parts.rotary.inv_freq = ext.saved_inv_freq
     ext.parts.rotary.attention_scaling = ext.saved_scaling
+    if ext.saved_rope_type is not None:
+        ext.parts.rotary.rope_type = ext.saved_rope_type
     for handle in ext.handles:
         handle.remove()
     for module in ext.parts.attentions:
