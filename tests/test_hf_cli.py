@@ -248,8 +248,8 @@ def test_passkey_eval_scores_an_oracle_one_and_a_constant_zero(model_dir, tmp_pa
     (["--protocol", "passkey", "--corpus", "x"],
      "--corpus applies to --protocol ppl and last-segment only, not passkey"),
     (["--protocol", "passkey", "--docs", "2"], "--docs applies to --protocol ppl and last-segment only, not passkey"),
-    (["--trials", "3"], "--trials applies to --protocol passkey only, not ppl"),
-    (["--protocol", "last-segment", "--seed", "1"], "--seed applies to --protocol passkey only, not last-segment"),
+    (["--trials", "3"], "--trials applies to --protocol passkey and ruler only, not ppl"),
+    (["--protocol", "last-segment", "--seed", "1"], "--seed applies to --protocol passkey and ruler only, not last-segment"),
     (["--protocol", "last-segment", "--segment", "0"], "--segment must be >= 1, got 0"),
     (["--docs", "0"], "--docs must be >= 1, got 0"),
     (["--protocol", "passkey", "--trials", "-2"], "--trials must be >= 1, got -2"),
@@ -267,11 +267,11 @@ def test_eval_refuses_options_the_protocol_ignores_before_loading_the_model(mode
 
 
 FLAGS = {"--segment": "8", "--docs": "2", "--trials": "3", "--seed": "1"}   # in both commands
-USES = {"--segment": {"last-segment"}, "--docs": {"ppl", "last-segment"}, "--trials": {"passkey"},
-        "--seed": {"passkey"}}
+USES = {"--segment": {"last-segment"}, "--docs": {"ppl", "last-segment"}, "--trials": {"passkey", "ruler"},
+        "--seed": {"passkey", "ruler"}}
 
 
-@pytest.mark.parametrize("protocol", ["ppl", "last-segment", "passkey"])
+@pytest.mark.parametrize("protocol", ["ppl", "last-segment", "passkey", "ruler"])
 @pytest.mark.parametrize("flag", FLAGS)
 def test_lm_eval_and_hf_eval_apply_the_same_rule(model_dir, tmp_path, capsys, monkeypatch, protocol, flag):
     """Every option both commands have, with every protocol: refused by both with the same message,
@@ -302,7 +302,7 @@ def test_help_says_which_protocols_use_each_option(capsys, command):
         main([command, "eval", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     only = {"--segment": "last-segment only", "--docs": "ppl and last-segment only",
-            "--trials": "passkey only", "--seed": "passkey only",
+            "--trials": "passkey and ruler only", "--seed": "passkey and ruler only",
             **({"--batch-size": "ppl and last-segment only"} if command == "lm" else
                {"--corpus": "ppl and last-segment only"})}
     for flag, says in only.items():

@@ -213,3 +213,30 @@ def test_ray_backend_gives_the_local_tables(tmp_path):
     assert counts["done"] == 2
     assert read_csv(tmp_path / "ray" / "results.csv", TIMING) == read_csv(tmp_path / "local" / "results.csv", TIMING)
     assert (tmp_path / "ray" / "ppl_by_length.csv").read_bytes() == (tmp_path / "local" / "ppl_by_length.csv").read_bytes()
+
+
+def test_ruler_sweep_keeps_tasks_apart_and_the_report_averages_them(tmp_path):
+    evaluation = {"protocol": "ruler", "lengths": [400], "methods": ["rope"], "trials": 2,
+                  "tasks": ["niah_single", "vt"]}
+    out = tmp_path / "sweep"
+    assert sweep(write_spec(tmp_path / "s.yaml", {"pe": ["rope"], "seed": [0, 1]}, evaluation=evaluation),
+                 out)["done"] == 2
+    values = read_csv(out / "ppl_by_length.csv")
+    assert list(values[0]) == ["run_id", "method", "task", "length", "accuracy"]
+    assert sorted({v["task"] for v in values}) == ["niah_single", "vt"] and len(values) == 2 * 2
+    assert all(v["accuracy"] != "" for v in values)  # 400 tokens hold every prompt
+    assert main(["report", str(out)]) == 0
+    import pandas as pd
+
+    cell = pd.read_csv(out / "report" / "lm_table.csv")
+    per_run = {}
+    for v in values:
+        per_run.setdefault(v["run_id"], []).append(float(v["accuracy"]))
+    means = [sum(a) / len(a) for a in per_run.values()]
+    assert cell["mean"].item() == pytest.approx(sum(means) / 2) and cell["n"].item() == 2
+
+
+def test_an_unknown_ruler_task_is_refused_before_anything_runs(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.yaml", {"pe": ["rope"]}, evaluation={"protocol": "ruler", "tasks": ["nope"]})
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    assert "nope" in capsys.readouterr().err and not (tmp_path / "o").exists()

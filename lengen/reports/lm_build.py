@@ -22,6 +22,7 @@ PROTOCOLS = {
     "ppl": "the perplexity of whole validation sequences of each length",
     "last-segment": "the perplexity of the last tokens of a validation context of each length",
     "passkey": "passkey retrieval accuracy with a context of each length",
+    "ruler": "the RULER-style suite's accuracy (mean over its tasks) with a context of each length",
 }
 
 STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"

@@ -34,11 +34,14 @@ def load_lm_sweep(sweep, spec, runs) -> LMSweepData:
             rows.append({**writer.config_row(run), "done": False})
             continue
         rows.append({**row, "done": True})
-        values.extend((run.run_id, m, n, v) for m, n, v in pairs)
+        values.extend((run.run_id, m, n, v, *task) for m, n, v, *task in pairs)
     frame = pd.DataFrame(rows)
     for col in ("train_loss", "val_ppl", "seconds"):
         frame[col] = frame[col].astype(float) if col in frame else float("nan")
     spec_file = sweep.path / "sweep.yaml"
+    columns = ["run_id", "method", "length", metric] + (["task"] if writer.per_task else [])
+    values = pd.DataFrame(values, columns=columns)
+    if writer.per_task:  # RULER's score of a run: the mean over its tasks (a task too long is NaN)
+        values = values.groupby(["run_id", "method", "length"], as_index=False, sort=False)[metric].mean()
     return LMSweepData(name=spec.name, path=sweep.path, spec_text=spec_file.read_text() if spec_file.exists() else "",
-                       protocol=protocol, metric=metric, runs=frame,
-                       values=pd.DataFrame(values, columns=["run_id", "method", "length", metric]))
+                       protocol=protocol, metric=metric, runs=frame, values=values)

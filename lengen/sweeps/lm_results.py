@@ -2,7 +2,8 @@
 coordinating process and written atomically, like lengen.sweeps.results for CHE sweeps:
 
     results.csv         one row per finished run: its config, final training loss, validation ppl
-    ppl_by_length.csv   run_id, method, length, ppl (accuracy for the passkey protocol)
+    ppl_by_length.csv   run_id, method, length, ppl (accuracy for the passkey and ruler
+                        protocols; ruler adds a task column before length)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ OUTCOME_COLUMNS = ["train_loss", "val_ppl", "unigram_ppl", "parameters", "second
 
 
 def metric_of(protocol: str) -> str:
-    return "accuracy" if protocol == "passkey" else "ppl"
+    return "accuracy" if protocol in ("passkey", "ruler") else "ppl"
 
 
 class LMResultsWriter:
@@ -34,6 +35,7 @@ class LMResultsWriter:
     def __init__(self, sweep: SweepDir, runs, done_file: str, protocol: str = "ppl"):
         self.sweep, self.runs, self.done_file = sweep, runs, done_file
         self.metric = metric_of(protocol)
+        self.per_task = protocol == "ruler"  # ruler: one value per task, method and length
         self.extra = varying_columns(runs, LM_OPTIONS, lm_option_values, BASE_COLUMNS)
         self._cache: dict[str, tuple[dict, list]] = {}
 
@@ -53,7 +55,8 @@ class LMResultsWriter:
         except (OSError, ValueError):
             return None
         self.metric = done.get("metric", self.metric)
-        values = [(r["method"], int(r["length"]), r.get(self.metric)) for r in done["rows"]]
+        values = [(r["method"], int(r["length"]), r.get(self.metric), *([r["task"]] if self.per_task else []))
+                  for r in done["rows"]]
         eval_s = done.get("eval_seconds")
         row = {**self.config_row(run), "train_loss": record.get("train_loss"), "val_ppl": record.get("val_ppl"),
                "unigram_ppl": record.get("unigram_ppl"), "parameters": record.get("parameters"),
@@ -65,7 +68,7 @@ class LMResultsWriter:
         return row, values
 
     def rows(self):
-        """(row or None, [(method, length, value)] or None) per run, in sweep order."""
+        """(row or None, [(method, length, value[, task])] or None) per run, in sweep order."""
         for run in self.runs:
             got = self._row(run)
             yield got if got is not None else (None, None)
@@ -76,11 +79,11 @@ class LMResultsWriter:
         w, a = csv.writer(table, lineterminator="\n"), csv.writer(long, lineterminator="\n")
         w.writerow(columns)
         finished = [(row, values) for row, values in self.rows() if row is not None]
-        a.writerow(["run_id", "method", "length", self.metric])
+        a.writerow(["run_id", "method", *(["task"] if self.per_task else []), "length", self.metric])
         for row, values in finished:
             w.writerow(["" if row[c] is None else row[c] for c in columns])
-            for method, length, value in values:
-                a.writerow([row["run_id"], method, length,
+            for method, length, value, *task in values:
+                a.writerow([row["run_id"], method, *task, length,
                             "" if value is None or (isinstance(value, float) and math.isnan(value)) else value])
         io.write_text(self.sweep.path / RESULTS, table.getvalue())
         io.write_text(self.sweep.path / BY_LENGTH, long.getvalue())

@@ -23,7 +23,7 @@ from lengen.errors import LengenError
 from lengen.sweeps.kinds.base import SweepKind
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
-EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "max_new_tokens",
+EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "tasks", "max_new_tokens",
              "batch_size", "precision")
 
 
