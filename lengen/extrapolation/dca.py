@@ -27,7 +27,8 @@ local_size = c - 1 - s_p.
 
 Not shift-invariant: chunks are anchored at absolute position 0. Attention is blockwise (query
 blocks x key blocks classified by position ranges; the far keys of a query block are one unmasked
-call, only blocks straddling a per-key threshold get a mask), memory O(T d + block T).
+call, only blocks straddling a per-key threshold get a mask), memory O(T d + block T); on CUDA
+the two FlexAttention passes of `flex_pieces` (lengen.kernels.flex_remap), blockwise as the fallback.
 """
 
 from __future__ import annotations
@@ -86,7 +87,38 @@ class DualChunk(ExtrapolationMethod):
         return max(1.0, 1.0 + 0.1 * math.log(seq_len / self.original_length))
 
     # ---- attention ---------------------------------------------------------------------------
+    def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
+        """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap):
+        near iff p_j <= p_i <= thr_j, far iff p_i > thr_j."""
+        from lengen.kernels.flex_remap import TwoPiece
+
+        m = self.temperature(sequence_length(pos_q, pos_k))
+
+        def rotate(x, pos):
+            return apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
+
+        thr = self.thresholds(pos_k).to(q.device)
+        thr = thr.expand(q.shape[0], -1).contiguous()  # [B, Tk]
+
+        def near(p_i, p_j, b, j):
+            return (p_j <= p_i) & (p_i <= thr[b, j])
+
+        def far(p_i, p_j, b, j):
+            return p_i > thr[b, j]
+
+        return TwoPiece(rotate(q, pos_q), rotate(k, pos_k),
+                        rotate(q, constant_positions(pos_q, self.C)), rotate(k, self.key_offsets(pos_k)),
+                        scale * (attention_factor * m) ** 2, pos_q, pos_k, near, far,
+                        key=(self.name, str(self), m))
+
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+        from lengen.kernels import flex_remap
+
+        if flex_remap.applies(q):
+            out = flex_remap.try_attend(
+                lambda: self.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
+            if out is not None:
+                return out
         m = self.temperature(sequence_length(pos_q, pos_k))
         scale = scale * (attention_factor * m) ** 2
 

@@ -9,7 +9,9 @@ Each is described by four things (delta = p_i - p_j, query position p_i, key pos
                     f_q may be a [B|1, 1] column when it is the same for every query);
   far_key_mask(p_j) which keys may be attended from beyond the window (None: all of them).
 `relative_positions` gives the resulting map r(i, j) (NaN where masked) and `attention` runs the
-blockwise two-piece attention of `lengen.extrapolation.blockwise`, never building T x T scores.
+blockwise two-piece attention of `lengen.extrapolation.blockwise`, never building T x T scores;
+on CUDA (`lengen.kernels.flex_remap.applies`) the two FlexAttention passes described by
+`flex_pieces` instead, the blockwise path staying the fallback.
 
 Because the rotation is applied inside attention, the KV cache must hold UN-rotated keys (see
 `lengen.extrapolation.cache`).
@@ -64,7 +66,38 @@ class RemapMethod(ExtrapolationMethod):
         r = torch.where(near, delta, far_r)
         return r.masked_fill(~(near | far), float("nan"))
 
+    def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
+        """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap)."""
+        from lengen.kernels.flex_remap import TwoPiece
+
+        def rotate(x, pos):
+            return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
+
+        w = float(self.window)
+        mask = self.far_key_mask(pos_k)
+        if mask is not None:
+            mask = mask.to(q.device).expand(q.shape[0], -1).contiguous()  # [B, Tk]
+
+        def near(p_i, p_j, b, j):
+            d = p_i - p_j
+            return (d >= 0) & (d < w)
+
+        def far(p_i, p_j, b, j):
+            return (p_i - p_j >= w) if mask is None else (p_i - p_j >= w) & mask[b, j]
+
+        return TwoPiece(rotate(q, pos_q), rotate(k, pos_k),
+                        rotate(q, self.far_query_positions(pos_q)), rotate(k, self.far_key_positions(pos_k)),
+                        scale * attention_factor ** 2, pos_q, pos_k, near, far, key=(self.name, str(self)))
+
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+        from lengen.kernels import flex_remap
+
+        if flex_remap.applies(q):
+            out = flex_remap.try_attend(
+                lambda: self.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
+            if out is not None:
+                return out
+
         # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
         def rotate(x, pos):
             return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))

@@ -1,0 +1,214 @@
+"""Two-pass FlexAttention for the remapping methods (ReRoPE, Leaky ReRoPE, Self-Extend, Lambda /
+sinks, STRING, Dual Chunk Attention).
+
+Every remapping method scores a causal pair (query i, key j) in one of two ways:
+
+  near   q rotated by its true position p_i, k by p_j        (ordinary RoPE)
+  far    q rotated by f_q(p_i), k by f_k(p_j)                 (the remapped relative position)
+  masked neither (j after i; the Lambda-mask's non-global keys beyond the window)
+
+A method describes this by a `TwoPiece` (its `flex_pieces` hook): the four rotated tensors, the
+logit scale, the positions and two predicates near(p_i, p_j, b, j) / far(p_i, p_j, b, j). Here
+
+  pass 1 = flex_attention(q_near, k_near, v, block_mask = causal & near)
+  pass 2 = flex_attention(q_far,  k_far,  v, block_mask = causal & far)
+
+each returning its log-sum-exp, merged exactly (`lengen.extrapolation.blockwise.merge`: rows where
+a pass has no key have lse = -inf and weight 0). `create_block_mask` keeps, per pass, only the
+(128 x 128) blocks with an allowed pair, so the two passes together touch about the blocks of one
+causal attention (plus the blocks the near band's edge crosses, which both passes visit). fp16 /
+bf16 inputs are accumulated in float32 by the kernel; the merge is float32.
+
+When it runs (`mode()`, env LENGEN_FLEX_REMAP):
+  "auto" (default)  on CUDA tensors when torch has FlexAttention; there flex_attention and
+                    create_block_mask are compiled (torch.compile, Triton). If a call fails, the
+                    reason is logged once and the methods' blockwise path is used from then on.
+  "force" (1/on)    on any device, errors raised: on CPU it runs *eager* flex_attention, which
+                    materializes each pass's full score matrix (for testing the math only: it is
+                    neither fast nor memory-linear). torch 2.13's inductor CPU backend compiles
+                    flex_attention for inference but refuses the log-sum-exp this needs.
+  "off" (0)         never: the blockwise path everywhere.
+The CPU default is unchanged: the blockwise path with torch's fused CPU flash kernel.
+
+Block masks depend only on the positions and the method, so one forward's layers share them: the
+last set is cached, keyed on the position tensors' identity and version and the method.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("lengen.kernels")
+
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except ImportError:  # pragma: no cover - torch without FlexAttention
+    create_block_mask = flex_attention = None
+try:  # torch >= 2.9 spells the log-sum-exp request return_aux=AuxRequest(lse=True)
+    from torch.nn.attention.flex_attention import AuxRequest
+except ImportError:  # pragma: no cover
+    AuxRequest = None
+
+MODES = ("auto", "force", "off")
+BLOCK_SIZE = 128
+
+
+def _mode_from_env() -> str:
+    value = os.environ.get("LENGEN_FLEX_REMAP", "auto").strip().lower()
+    if value in ("1", "on", "true", "yes", "force"):
+        return "force"
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    return "auto"
+
+
+_mode = _mode_from_env()
+_failed: str | None = None          # auto mode: the reason flex was given up, once it failed
+_compiled: dict = {}
+_mask_cache: dict = {}
+
+
+def set_mode(value: str) -> None:
+    """"auto" (CUDA only), "force" (any device, errors raised) or "off"."""
+    global _mode, _failed
+    if value not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
+    _mode, _failed = value, None
+
+
+def mode() -> str:
+    return _mode
+
+
+def available() -> bool:
+    """True when this torch has FlexAttention."""
+    return flex_attention is not None
+
+
+def applies(q: torch.Tensor) -> bool:
+    """Whether the methods' attention should go through the two flex passes for this q."""
+    if not available() or _mode == "off":
+        return False
+    if _mode == "force":
+        return True
+    return q.is_cuda and _failed is None
+
+
+@dataclass
+class TwoPiece:
+    """What a remapping method hands the two passes. Tensors [B, H, T*, d] (k, v already repeated
+    to q's heads); positions [B|1, T*]; near / far: (p_i, p_j, b, j) -> bool, elementwise (they are
+    traced by FlexAttention: torch ops and indexing of captured tensors only; b ranges over q's
+batch, so captured per-key tensors are [B, Tk]). `near` must imply
+    p_j <= p_i; `far` must be False where p_j > p_i; never both True."""
+
+    q_near: torch.Tensor
+    k_near: torch.Tensor
+    q_far: torch.Tensor
+    k_far: torch.Tensor
+    scale: float
+    pos_q: torch.Tensor
+    pos_k: torch.Tensor
+    near: Callable
+    far: Callable
+    key: tuple = ()     # hashable description of the predicates (method and its options)
+
+
+def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
+    """The merged two-pass attention [B, H, Tq, dv]."""
+    from lengen.extrapolation.blockwise import merge
+
+    near_mask, far_mask = block_masks(pieces)
+    outs = [_flex(pieces.q_near, pieces.k_near, v, near_mask, pieces.scale)]
+    if far_mask is not None:
+        outs.append(_flex(pieces.q_far, pieces.k_far, v, far_mask, pieces.scale))
+    return merge(outs, pieces.q_near.dtype)[0]
+
+
+def try_attend(build: Callable[[], TwoPiece], v: torch.Tensor) -> torch.Tensor | None:
+    """attend(build(), v); in auto mode None (and flex given up, reason logged) if it fails."""
+    global _failed
+    if _mode == "force":
+        return attend(build(), v)
+    try:
+        return attend(build(), v)
+    except Exception as e:  # noqa: BLE001 - any compile / kernel failure: fall back
+        _failed = f"{type(e).__name__}: {e}"
+        log.warning("flex attention for the remapping methods failed, using the blockwise path: %s",
+                    _failed.splitlines()[0][:500])
+        return None
+
+
+def block_masks(pieces: TwoPiece):
+    """(near BlockMask, far BlockMask or None when no pair is far), cached for the last positions."""
+    pq, pk = pieces.pos_q, pieces.pos_k
+    key = (pieces.key, id(pq), pq._version, tuple(pq.shape), id(pk), pk._version, tuple(pk.shape),
+           str(pieces.q_near.device))
+    hit = _mask_cache.get("last")
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    masks = _build_block_masks(pieces)
+    _mask_cache["last"] = (key, masks, pq, pk)  # holds the tensors: their ids stay unique
+    return masks
+
+
+def _build_block_masks(pieces: TwoPiece):
+    dev = pieces.q_near.device
+    Tq, Tk = pieces.q_near.shape[-2], pieces.k_near.shape[-2]
+    pq = pieces.pos_q.detach().to(dev, torch.float64)
+    pk = pieces.pos_k.detach().to(dev, torch.float64)
+    shared = pq.shape[0] == 1 and pk.shape[0] == 1
+    Bq = pieces.q_near.shape[0]  # eager flex evaluates the mask for every batch row: index b
+    pq, pk = pq.expand(Bq, Tq).contiguous(), pk.expand(Bq, Tk).contiguous()
+    near_fn, far_fn = pieces.near, pieces.far
+
+    # indices are clamped: the fused kernels may evaluate a mask past the end of a partial block
+    def near_mod(b, h, qi, kj):
+        qi, kj = qi.clamp(max=Tq - 1), kj.clamp(max=Tk - 1)
+        return near_fn(pq[b, qi], pk[b, kj], b, kj)
+
+    def far_mod(b, h, qi, kj):
+        qi, kj = qi.clamp(max=Tq - 1), kj.clamp(max=Tk - 1)
+        return far_fn(pq[b, qi], pk[b, kj], b, kj)
+
+    B = None if shared else Bq
+    compile_mask = dev.type == "cuda"  # eager create_block_mask materializes Tq x Tk booleans
+    near = create_block_mask(near_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE,
+                             _compile=compile_mask)
+    far = create_block_mask(far_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE,
+                            _compile=compile_mask)
+    if not bool(far.kv_num_blocks.any()):
+        far = None
+    return near, far
+
+
+def _flex_fn(device: torch.device):
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _compiled:
+        _compiled["cuda"] = torch.compile(flex_attention)
+    return _compiled["cuda"]
+
+
+def _flex(q, k, v, block_mask, scale):
+    """(o, lse float32) of one pass; rows without an allowed key: o = 0, lse = -inf."""
+    fn = _flex_fn(q.device)
+    with warnings.catch_warnings():
+        # eager CPU flex warns that it is unfused; return_lse's deprecation on some versions
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if AuxRequest is not None:
+            o, aux = fn(q, k, v, block_mask=block_mask, scale=scale, return_aux=AuxRequest(lse=True))
+            lse = aux.lse
+        else:  # pragma: no cover - torch < 2.9
+            o, lse = fn(q, k, v, block_mask=block_mask, scale=scale, return_lse=True)
+    lse = lse.float()
+    # rows with no allowed key: make sure they carry no weight whatever the kernel reports
+    return o, lse.masked_fill(torch.isnan(lse), float("-inf"))
