@@ -97,19 +97,16 @@ class DualChunk(ExtrapolationMethod):
         def rotate(x, pos):
             return apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
 
-        thr = self.thresholds(pos_k).to(q.device)
-        thr = thr.expand(q.shape[0], -1).contiguous()  # [B, Tk]
+        def near(p_i, p_j, thr_j):
+            return (p_j <= p_i) & (p_i <= thr_j)
 
-        def near(p_i, p_j, b, j):
-            return (p_j <= p_i) & (p_i <= thr[b, j])
-
-        def far(p_i, p_j, b, j):
-            return p_i > thr[b, j]
+        def far(p_i, p_j, thr_j):
+            return p_i > thr_j
 
         return TwoPiece(rotate(q, pos_q), rotate(k, pos_k),
                         rotate(q, constant_positions(pos_q, self.C)), rotate(k, self.key_offsets(pos_k)),
                         scale * (attention_factor * m) ** 2, pos_q, pos_k, near, far,
-                        key=(self.name, str(self), m))
+                        key=(self.name, str(self), m), key_extra=self.thresholds(pos_k))
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         from lengen.kernels import flex_remap

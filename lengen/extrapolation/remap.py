@@ -74,20 +74,18 @@ class RemapMethod(ExtrapolationMethod):
             return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
 
         w = float(self.window)
-        mask = self.far_key_mask(pos_k)
-        if mask is not None:
-            mask = mask.to(q.device).expand(q.shape[0], -1).contiguous()  # [B, Tk]
 
-        def near(p_i, p_j, b, j):
+        def near(p_i, p_j, x_j):
             d = p_i - p_j
             return (d >= 0) & (d < w)
 
-        def far(p_i, p_j, b, j):
-            return (p_i - p_j >= w) if mask is None else (p_i - p_j >= w) & mask[b, j]
+        def far(p_i, p_j, x_j):  # x_j: the Lambda-mask's far-key flag (1 / 0), if any
+            return (p_i - p_j >= w) if x_j is None else (p_i - p_j >= w) & (x_j > 0)
 
         return TwoPiece(rotate(q, pos_q), rotate(k, pos_k),
                         rotate(q, self.far_query_positions(pos_q)), rotate(k, self.far_key_positions(pos_k)),
-                        scale * attention_factor ** 2, pos_q, pos_k, near, far, key=(self.name, str(self)))
+                        scale * attention_factor ** 2, pos_q, pos_k, near, far, key=(self.name, str(self)),
+                        key_extra=self.far_key_mask(pos_k))
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         from lengen.kernels import flex_remap

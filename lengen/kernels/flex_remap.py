@@ -103,10 +103,11 @@ def applies(q: torch.Tensor) -> bool:
 @dataclass
 class TwoPiece:
     """What a remapping method hands the two passes. Tensors [B, H, T*, d] (k, v already repeated
-    to q's heads); positions [B|1, T*]; near / far: (p_i, p_j, b, j) -> bool, elementwise (they are
-    traced by FlexAttention: torch ops and indexing of captured tensors only; b ranges over q's
-batch, so captured per-key tensors are [B, Tk]). `near` must imply
-    p_j <= p_i; `far` must be False where p_j > p_i; never both True."""
+    to q's heads); positions [B|1, T*]; key_extra: an optional per-key value [B|1, Tk] (e.g. the
+    Lambda-mask's far-key flag, DCA's threshold); near / far: (p_i, p_j, x_j) -> bool, elementwise,
+    x_j = key_extra at the key (None without it). They are traced by FlexAttention: torch ops only,
+    and no Python value that depends on the length (it would recompile per length). `near` must
+    imply p_j <= p_i; `far` must be False where p_j > p_i; never both True."""
 
     q_near: torch.Tensor
     k_near: torch.Tensor
@@ -118,6 +119,7 @@ batch, so captured per-key tensors are [B, Tk]). `near` must imply
     near: Callable
     far: Callable
     key: tuple = ()     # hashable description of the predicates (method and its options)
+    key_extra: torch.Tensor | None = None
 
 
 def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
@@ -158,24 +160,38 @@ def block_masks(pieces: TwoPiece):
     return masks
 
 
+def _padded(x: torch.Tensor, B: int) -> torch.Tensor:
+    """[B, T] -> [B, ceil(T / BLOCK_SIZE) * BLOCK_SIZE], the last value repeated: the fused kernels
+    may evaluate a mask past the end of a partial block (their result is discarded there)."""
+    x = x.expand(B, -1)
+    pad = -x.shape[-1] % BLOCK_SIZE
+    return torch.cat([x, x[:, -1:].expand(B, pad)], -1).contiguous() if pad else x.contiguous()
+
+
 def _build_block_masks(pieces: TwoPiece):
     dev = pieces.q_near.device
     Tq, Tk = pieces.q_near.shape[-2], pieces.k_near.shape[-2]
-    pq = pieces.pos_q.detach().to(dev, torch.float64)
-    pk = pieces.pos_k.detach().to(dev, torch.float64)
-    shared = pq.shape[0] == 1 and pk.shape[0] == 1
+    extra = pieces.key_extra
+    shared = (pieces.pos_q.shape[0] == 1 and pieces.pos_k.shape[0] == 1
+              and (extra is None or extra.shape[0] == 1))
     Bq = pieces.q_near.shape[0]  # eager flex evaluates the mask for every batch row: index b
-    pq, pk = pq.expand(Bq, Tq).contiguous(), pk.expand(Bq, Tk).contiguous()
+    pq = _padded(pieces.pos_q.detach().to(dev, torch.float64), Bq)
+    pk = _padded(pieces.pos_k.detach().to(dev, torch.float64), Bq)
+    xk = None if extra is None else _padded(extra.detach().to(dev, torch.float64), Bq)
     near_fn, far_fn = pieces.near, pieces.far
 
-    # indices are clamped: the fused kernels may evaluate a mask past the end of a partial block
-    def near_mod(b, h, qi, kj):
-        qi, kj = qi.clamp(max=Tq - 1), kj.clamp(max=Tk - 1)
-        return near_fn(pq[b, qi], pk[b, kj], b, kj)
+    if xk is None:
+        def near_mod(b, h, qi, kj):
+            return near_fn(pq[b, qi], pk[b, kj], None)
 
-    def far_mod(b, h, qi, kj):
-        qi, kj = qi.clamp(max=Tq - 1), kj.clamp(max=Tk - 1)
-        return far_fn(pq[b, qi], pk[b, kj], b, kj)
+        def far_mod(b, h, qi, kj):
+            return far_fn(pq[b, qi], pk[b, kj], None)
+    else:
+        def near_mod(b, h, qi, kj):
+            return near_fn(pq[b, qi], pk[b, kj], xk[b, kj])
+
+        def far_mod(b, h, qi, kj):
+            return far_fn(pq[b, qi], pk[b, kj], xk[b, kj])
 
     B = None if shared else Bq
     compile_mask = dev.type == "cuda"  # eager create_block_mask materializes Tq x Tk booleans
