@@ -17,6 +17,16 @@ def set_path(target: dict, dotted: str, value) -> None:
     target[keys[-1]] = value
 
 
+def flatten(d, prefix: str = "") -> dict:
+    """A nested config dict as {dotted path: value} ("model.pe": "rope")."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict = {}
+    for key, value in d.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
 def get_path(source: dict, dotted: str):
     for key in dotted.split("."):
         source = source[key]

@@ -31,7 +31,7 @@ class AttentionContext:
     causal: bool
 
 
-def _head_views(qkv: torch.Tensor, heads: int):
+def head_views(qkv: torch.Tensor, heads: int):
     B, T, _ = qkv.shape
     return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
 
@@ -43,7 +43,7 @@ class _SplitHeads(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, heads):
-        return _head_views(qkv, heads)
+        return head_views(qkv, heads)
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
@@ -58,7 +58,7 @@ def split_heads(qkv: torch.Tensor, heads: int):
     """(q, k, v), each [B, H, T, hd], from the fused projection output [B, T, 3*H*hd]."""
     if torch.is_grad_enabled() and qkv.requires_grad:
         return _SplitHeads.apply(qkv, heads)
-    return _head_views(qkv, heads)
+    return head_views(qkv, heads)
 
 
 class SelfAttention(nn.Module):

@@ -36,12 +36,12 @@ def checkpoint_step(run_dir: Path) -> int | None:
 def group_key(cfg) -> str | None:
     """What a run's group mates must share (None: it trains alone)."""
     from lengen.training.group import PER_MODEL, PER_MODEL_EVAL
-    from lengen.training.run_dir import _flatten
+    from lengen.options import flatten
 
     if cfg.model.architecture != "transformer":
         return None
     free = set(PER_MODEL) | set(PER_MODEL_EVAL) | {"model.train_tokens", "device"}
-    return json.dumps({k: v for k, v in _flatten(cfg.to_dict()).items() if k not in free}, sort_keys=True,
+    return json.dumps({k: v for k, v in flatten(cfg.to_dict()).items() if k not in free}, sort_keys=True,
                       default=str)
 
 

@@ -38,15 +38,16 @@ from torch.func import functional_call, vmap
 from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
 from lengen.kernels.small_attention import causal_additive_mask
-from lengen.models.attention import AttentionContext, SelfAttention, _head_views
+from lengen.models.attention import AttentionContext, SelfAttention, head_views
 from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout
 from lengen.models.logit_scaling import keys_per_query
 from lengen.progress import progress_bar
 from lengen.training.config import TrainConfig
-from lengen.training.loop import Window, _restore_rng, _rng_state, evaluate_run, reusable_eval
+from lengen.training.loop import Window, restore_run_rng, run_rng_state, evaluate_run, reusable_eval
 from lengen.training.optim import fused_optimizer_ok
-from lengen.training.run_dir import RunDir, _flatten
+from lengen.options import flatten
+from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingDiverged, TrainingSession
 from lengen.training.setup import RunParts, build_run, total_length
 
@@ -64,9 +65,9 @@ def check_groupable(cfgs: list[TrainConfig]) -> None:
     if not cfgs:
         raise LengenError("train_group needs at least one config")
     free = PER_MODEL + PER_MODEL_EVAL + ("model.train_tokens",)
-    first = _flatten(cfgs[0].to_dict())
+    first = flatten(cfgs[0].to_dict())
     for j, cfg in enumerate(cfgs[1:], 1):
-        other = _flatten(cfg.to_dict())
+        other = flatten(cfg.to_dict())
         diff = sorted(k for k in set(first) | set(other)
                       if k not in free and first.get(k) != other.get(k))
         if diff:
@@ -108,7 +109,7 @@ class _GroupAttention(SelfAttention):
     rule), written out: logits, softmax, weighted sum."""
 
     def project(self, x):
-        return _head_views(self.qkv(x), self.cfg.num_heads)
+        return head_views(self.qkv(x), self.cfg.num_heads)
 
     def attend(self, q, k, v, ctx):
         cfg, pe = self.cfg, self.pe[0]
@@ -364,7 +365,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
                                            fused=fused_optimizer_ok(model)))
         ckpt = session.restore(model, optimizers[i])
         if ckpt is not None:
-            _restore_rng(ckpt["rng"], rngs[i], gens[i], device)
+            restore_run_rng(ckpt["rng"], rngs[i], gens[i], device)
             windows[i] = Window(ckpt["window"])
         ckpts.append(ckpt)
     steps = cfgs[0].steps
@@ -385,7 +386,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
             records.append({})
             continue
         if ckpts[i] is None and cfg.steps == 0:
-            session.save(models[i], optimizers[i], rng=_rng_state(rngs[i], gens[i], device),
+            session.save(models[i], optimizers[i], rng=run_rng_state(rngs[i], gens[i], device),
                          window=windows[i].state())
         if session.step == session.resumed_at:
             previous = reusable_eval(session.run, cfg, part.test_mode, device, session.step)
@@ -452,7 +453,7 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
                 if getattr(sessions[i], "diverged", None):
                     continue
                 stack.unstack(j, optimizers[i])
-                sessions[i].save(models[i], optimizers[i], rng=_rng_state(rngs[i], gens[i], device),
+                sessions[i].save(models[i], optimizers[i], rng=run_rng_state(rngs[i], gens[i], device),
                                  window=window_state(j))
     bar.close()
     for j, i in enumerate(active):

@@ -27,11 +27,11 @@ from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F
 from lengen.training.setup import RunParts, build_run, total_length
 
 
-def _rng_state(np_rng, gen, device) -> dict:
+def run_rng_state(np_rng, gen, device) -> dict:
     return {"numpy": np_rng.bit_generator.state, "positions": gen.get_state(), **rng_state(device)}
 
 
-def _restore_rng(state: dict, np_rng, gen, device) -> None:
+def restore_run_rng(state: dict, np_rng, gen, device) -> None:
     np_rng.bit_generator.state = state["numpy"]
     gen.set_state(state["positions"])
     restore_rng_state(state, device)
@@ -101,11 +101,11 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     window = Window()
     ckpt = session.restore(model, optimizer)
     if ckpt is not None:
-        _restore_rng(ckpt["rng"], np_rng, gen, device)
+        restore_run_rng(ckpt["rng"], np_rng, gen, device)
         window = Window(ckpt["window"])
 
     def checkpoint():
-        session.save(model, optimizer, rng=_rng_state(np_rng, gen, device), window=window.state())
+        session.save(model, optimizer, rng=run_rng_state(np_rng, gen, device), window=window.state())
 
     model.train()
     bar = progress_bar(cfg.steps, f"train {cfg.task} {cfg.model.pe}/{cfg.positions}", disable=not progress,

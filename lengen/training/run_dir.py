@@ -6,19 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from lengen import io
 from lengen.errors import LengenError
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
-    return out
+from lengen.options import flatten
 
 
 class RunDir:
@@ -62,8 +53,8 @@ class RunDir:
             if not self.file(self.CHECKPOINT).exists():
                 return False
             saved = self.read_config()
-            old = _flatten(normalize(saved) if normalize else saved)
-            new = _flatten(config)
+            old = flatten(normalize(saved) if normalize else saved)
+            new = flatten(config)
             keys = set(old) | set(new)
             if identity_keys is not None:
                 keys = {k for k in keys if any(k == p or k.startswith(p + ".") for p in identity_keys)}
