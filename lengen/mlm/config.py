@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
-from lengen.models.config import ModelConfig
+from lengen.models.config import CHE_RUN, ModelConfig, run_config_from_dict
 
 
 def default_mlm_model() -> ModelConfig:
@@ -54,18 +54,8 @@ class MLMConfig:
 
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> MLMConfig:
-        prefix = f"{where}: " if where else ""
-        d = dict(d)
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if "task" in unknown:
-            raise LengenError(prefix + "this is a CHE run: use `lengen eval` (or `lengen train`)")
-        if unknown:
-            raise LengenError(f"{prefix}unknown config keys {sorted(unknown)} (not a `lengen mlm` run?)")
-        try:
-            model = ModelConfig.from_dict(d.pop("model", {}))
-        except TypeError as e:
-            raise LengenError(f"{prefix}bad model config: {e}") from None
-        return cls(model=model, **d)
+        """`where` (a run directory) prefixes the error messages."""
+        return run_config_from_dict(cls, d, where, {"task": CHE_RUN}, " (not a `lengen mlm` run?)")
 
     def validate(self) -> None:
         from lengen.encodings import ENCODINGS

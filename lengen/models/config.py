@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from lengen.errors import LengenError
 
-
 #: the CHE benchmark's architectures (Deletang et al. 2023): the Transformer and its recurrent baselines
 ARCHITECTURES = ("transformer", "rnn", "lstm", "stack_rnn", "tape_rnn")
 #: the names tables print
@@ -114,3 +113,29 @@ class ModelConfig:
             raise LengenError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm not in ("post", "pre"):
             raise LengenError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+
+
+#: messages for a key that marks another kind of run directory
+CHE_RUN = "this is a CHE run: use `lengen eval` (or `lengen train`)"
+LM_RUN = "this is a language-model run: use `lengen lm eval` (or `lengen lm train`)"
+
+
+def run_config_from_dict(cls, d: dict, where: str | None = None, foreign: dict[str, str] | None = None,
+                         unknown_hint: str = ""):
+    """A run config `cls` (TrainConfig, LMConfig, MLMConfig: a dataclass with a `model` field) from
+    a saved dict, older ModelConfig key names included. LengenError, prefixed with the run
+    directory `where`, for a key of another kind of run (`foreign`: key -> message) or any other
+    unknown key."""
+    prefix = f"{where}: " if where else ""
+    d = dict(d)
+    unknown = set(d) - set(cls.__dataclass_fields__)
+    for key, message in (foreign or {}).items():
+        if key in unknown:
+            raise LengenError(prefix + message)
+    if unknown:
+        raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}{unknown_hint}")
+    try:
+        model = ModelConfig.from_dict(d.pop("model", {}))
+    except TypeError as e:
+        raise LengenError(f"{prefix}bad model config: {e}") from None
+    return cls(model=model, **d)

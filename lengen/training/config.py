@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
-from lengen.models.config import ARCHITECTURES, ModelConfig, not_applicable
+from lengen.models.config import ARCHITECTURES, LM_RUN, ModelConfig, not_applicable, run_config_from_dict
 
 
 @dataclass
@@ -47,18 +47,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> "TrainConfig":
         """`where` (a run directory) prefixes the error messages."""
-        prefix = f"{where}: " if where else ""
-        d = dict(d)
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if "corpus" in unknown:
-            raise LengenError(prefix + "this is a language-model run: use `lengen lm eval` (or `lengen lm train`)")
-        if unknown:
-            raise LengenError(f"{prefix}unknown config keys {sorted(unknown)}")
-        try:
-            model = ModelConfig.from_dict(d.pop("model", {}))
-        except TypeError as e:
-            raise LengenError(f"{prefix}bad model config: {e}") from None
-        return cls(model=model, **d)
+        return run_config_from_dict(cls, d, where, {"corpus": LM_RUN})
 
     def validate(self) -> None:
         for name in ("batch_size", "train_length", "max_length", "eval_samples", "checkpoint_every",
