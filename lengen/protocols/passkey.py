@@ -66,20 +66,25 @@ class PasskeyTrial:
     prompt_ids: list[int]
 
 
-def fit_garbage(encode: Callable[[str], list[int]], length: int, key: int) -> int:
-    """The largest filler size n (characters) whose prompt (needle in the middle) has <= length
-    tokens; binary search, as token counts grow with n."""
-    count = lambda n: len(encode(passkey_prompt(n, key, n // 2)))  # noqa: E731
+def largest_fitting(count: Callable[[int], int], length: int, what: str, start: int) -> int:
+    """The largest n >= 0 with count(n) <= length, for token counts that grow with n: doubling from
+    `start`, then binary search. LengenError when even n = 0 does not fit (`what` names the prompt)."""
     if count(0) > length:
-        raise LengenError(f"a passkey prompt needs more than {length} tokens even without filler "
-                          f"({count(0)} tokens)")
-    lo, hi = 0, max(64, length)
+        raise LengenError(f"{what} needs more than {length} tokens even without filler ({count(0)} tokens)")
+    lo, hi = 0, start
     while count(hi) <= length:
         lo, hi = hi, hi * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if count(mid) <= length else (lo, mid)
     return lo
+
+
+def fit_garbage(encode: Callable[[str], list[int]], length: int, key: int) -> int:
+    """The largest filler size n (characters) whose prompt (needle in the middle) has <= length
+    tokens."""
+    return largest_fitting(lambda n: len(encode(passkey_prompt(n, key, n // 2))), length,
+                           "a passkey prompt", max(64, length))
 
 
 def make_trials(encode: Callable[[str], list[int]], length: int, trials: int, seed: int = 0) -> list[PasskeyTrial]:

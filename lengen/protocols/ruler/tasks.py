@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from lengen.errors import LengenError
+from lengen.protocols.passkey import largest_fitting
 from lengen.protocols.ruler import text
 
 Encode = Callable[[str], list[int]]
@@ -135,19 +136,8 @@ def _cwe(rng: np.random.Generator, frequencies: tuple[int, int]) -> Draft:
 
 
 def fit(render: Callable[[int], str], encode: Encode, length: int, task: str) -> int:
-    """The largest n whose prompt has <= length tokens (binary search; raises when even n = 0
-    does not fit)."""
-    count = lambda n: len(encode(render(n)))  # noqa: E731
-    if count(0) > length:
-        raise LengenError(f"a ruler {task} prompt needs more than {length} tokens even without filler "
-                          f"({count(0)} tokens)")
-    lo, hi = 0, max(16, length // 4)
-    while count(hi) <= length:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if count(mid) <= length else (lo, mid)
-    return lo
+    """The largest n whose prompt has <= length tokens (raises when even n = 0 does not fit)."""
+    return largest_fitting(lambda n: len(encode(render(n))), length, f"a ruler {task} prompt", max(16, length // 4))
 
 
 def task_rng(seed: int, task: str, length: int) -> np.random.Generator:
