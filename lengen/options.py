@@ -17,6 +17,17 @@ def set_path(target: dict, dotted: str, value) -> None:
     target[keys[-1]] = value
 
 
+def config_from_table(cls, table: dict[str, str], options: dict):
+    """`cls` (a run config dataclass with to_dict/from_dict) from option values named as in `table`
+    (option -> dotted config path), on top of the defaults; LengenError for an unknown option."""
+    d = cls().to_dict()
+    for key, value in options.items():
+        if key not in table:
+            raise LengenError(f"unknown option {key!r}")
+        set_path(d, table[key], value)
+    return cls.from_dict(d)
+
+
 def flatten(d, prefix: str = "") -> dict:
     """A nested config dict as {dotted path: value} ("model.pe": "rope")."""
     if not isinstance(d, dict):

@@ -6,10 +6,9 @@ from __future__ import annotations
 import functools
 import typing
 
-from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
 from lengen.models.config import ModelConfig
-from lengen.options import coerce_value, get_path, set_path
+from lengen.options import coerce_value, config_from_table, get_path
 
 # option name -> LMConfig path ("model." prefix: ModelConfig)
 LM_OPTIONS = {
@@ -43,9 +42,4 @@ def lm_option_values(cfg: LMConfig) -> dict:
 
 def lm_config_from_options(options: dict) -> LMConfig:
     """An LMConfig from option values (names as in LM_OPTIONS) on top of the LMConfig defaults."""
-    d = LMConfig().to_dict()
-    for key, value in options.items():
-        if key not in LM_OPTIONS:
-            raise LengenError(f"unknown option {key!r}")
-        set_path(d, LM_OPTIONS[key], value)
-    return LMConfig.from_dict(d)
+    return config_from_table(LMConfig, LM_OPTIONS, options)

@@ -3,9 +3,8 @@ and the one function that turns options into an MLMConfig (as lengen.lm.options)
 
 from __future__ import annotations
 
-from lengen.errors import LengenError
 from lengen.mlm.config import MLMConfig
-from lengen.options import set_path
+from lengen.options import config_from_table
 
 MLM_OPTIONS = {
     "pe": "model.pe", "pe_options": "model.pe_options", "layers": "model.num_layers", "heads": "model.num_heads",
@@ -22,9 +21,4 @@ MLM_OPTIONS = {
 
 def mlm_config_from_options(options: dict) -> MLMConfig:
     """An MLMConfig from option values (names as in MLM_OPTIONS) on top of the defaults."""
-    d = MLMConfig().to_dict()
-    for key, value in options.items():
-        if key not in MLM_OPTIONS:
-            raise LengenError(f"unknown option {key!r}")
-        set_path(d, MLM_OPTIONS[key], value)
-    return MLMConfig.from_dict(d)
+    return config_from_table(MLMConfig, MLM_OPTIONS, options)
