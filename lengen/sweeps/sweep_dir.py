@@ -74,8 +74,11 @@ class SweepDir:
             raise LengenError(f"{self.path / self.INDEX} is damaged ({e}); rerun `lengen sweep run` "
                               "with the sweep file to rewrite it") from None
 
+    def is_done(self, run_id: str) -> bool:
+        return (self.run_path(run_id) / self.done_file).exists()
+
     def state(self, run_id: str) -> str:
-        if (self.run_path(run_id) / self.done_file).exists():
+        if self.is_done(run_id):
             return "done"
         if is_locked(self.state_file(run_id, "lock")):
             return "running"

@@ -66,7 +66,7 @@ def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
         lock = RunLock(sweep.state_file(r["run_id"], "lock"))
         if not lock.acquire():
             results.append({"run_id": r["run_id"], "status": "busy", "seconds": 0.0})
-        elif sweep.state(r["run_id"]) == "done":
+        elif sweep.is_done(r["run_id"]):
             lock.release()
             results.append({"run_id": r["run_id"], "status": "skipped", "seconds": 0.0})
         else:
@@ -90,7 +90,7 @@ def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
                 trace = traceback.format_exc()
             seconds = round(time.perf_counter() - start, 3)
             for rid in ids:
-                if sweep.state(rid) == "done":  # a diverged member does not fail the others
+                if sweep.is_done(rid):  # a diverged member does not fail the others
                     _finished(sweep, rid)
                     score = io.read_json(sweep.run_path(rid) / "eval.json").get("score")
                     _log(sweep, rid, f"finished: score {score} (in a group of {len(ids)})")
@@ -120,7 +120,7 @@ def _attempt(sweep: SweepDir, run_id: str, config: dict, job: dict, device: str)
 
     kind = KINDS[job["kind"]]
     path = sweep.run_path(run_id)
-    if sweep.state(run_id) == "done":
+    if sweep.is_done(run_id):  # state() would probe the lock this process holds
         return {"status": "skipped"}
     cfg = kind.config_from_dict(config)
     cfg.device = device
