@@ -111,11 +111,9 @@ class DualChunk(ExtrapolationMethod):
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         from lengen.kernels import flex_remap
 
-        if flex_remap.applies(q):
-            out = flex_remap.try_attend(
-                lambda: self.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
-            if out is not None:
-                return out
+        out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
+        if out is not None:
+            return out
         m = self.temperature(sequence_length(pos_q, pos_k))
         scale = scale * (attention_factor * m) ** 2
 

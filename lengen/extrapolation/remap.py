@@ -90,11 +90,9 @@ class RemapMethod(ExtrapolationMethod):
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         from lengen.kernels import flex_remap
 
-        if flex_remap.applies(q):
-            out = flex_remap.try_attend(
-                lambda: self.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
-            if out is not None:
-                return out
+        out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
+        if out is not None:
+            return out
 
         # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
         def rotate(x, pos):

@@ -133,6 +133,14 @@ def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
     return merge(outs, pieces.q_near.dtype)[0]
 
 
+def attend_method(method, q, k, v, *args) -> torch.Tensor | None:
+    """A remapping method's attention through the flex passes (`method.flex_pieces(q, k, *args)`),
+    or None when flex does not apply to q or failed (auto mode): the method's own path then runs."""
+    if not applies(q):
+        return None
+    return try_attend(lambda: method.flex_pieces(q, k, *args), v)
+
+
 def try_attend(build: Callable[[], TwoPiece], v: torch.Tensor) -> torch.Tensor | None:
     """attend(build(), v); in auto mode None (and flex given up, reason logged) if it fails."""
     global _failed
