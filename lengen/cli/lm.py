@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
-
-from lengen.cli.options import add_device_arguments, parse_key_values, parse_lengths, set_threads
+from lengen.cli import corpus_lm
+from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
 
 TRAIN_EPILOG = """examples:
   # the default: a 0.86M-parameter RoPE model on the Python standard library, ~10 CPU minutes
@@ -21,6 +20,12 @@ config.json, checkpoint.pt, metrics.jsonl and eval.json (validation perplexity a
 length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
 (default ~/.cache/lengen).
 """
+
+#: --out's default (str.format with the run's config as `cfg`)
+RUN_DIR = "runs/lm-{cfg.model.pe}-L{cfg.train_length}-s{cfg.seed}"
+#: the validation line printed after training (str.format with eval.json's record)
+VALIDATION_LINE = ("validation perplexity at the training length {train_length}: {val_ppl:.3f} "
+                   "(unigram baseline: {unigram_ppl:.3f}; {val_tokens:,} tokens)")
 
 EVAL_EPILOG = """examples:
   # perplexity against context length (one forward pass per length, every token scored)
@@ -50,51 +55,21 @@ expected answers found as whole words in the greedy continuation.
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("lm", help="byte-level decoder language models: train, evaluate against length",
-                       description=__doc__)
-    lm_sub = p.add_subparsers(dest="lm_command", metavar="COMMAND")
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
-    _add_train(lm_sub)
-    _add_eval(lm_sub)
+    corpus_lm.add_command_group(sub, "lm", "byte-level decoder language models: train, evaluate against "
+                                "length", __doc__, [_add_train, _add_eval])
 
 
 def _add_train(sub) -> None:
     from lengen.lm.config import LMConfig
 
     d = LMConfig()
-    p = sub.add_parser("train", help="train a decoder LM (resumable)", description="Train a byte-level "
-                       "decoder LM on random windows of a corpus.", epilog=TRAIN_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("data")
-    g.add_argument("--corpus", metavar="PATH_OR_GLOB",
-                   help="a file, a folder or a glob (quote it); default: this Python's standard library")
-    g.add_argument("--val-fraction", type=float, help=f"share of documents held out ({d.val_fraction})")
-    g.add_argument("--train-length", type=int, metavar="N", help=f"tokens per training window ({d.train_length})")
-    g = p.add_argument_group("model")
-    g.add_argument("--pe", help=f"positional encoding: any of `lengen.encodings` ({d.model.pe})")
-    g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
-                   help="encoding option, repeatable (e.g. base=500)")
-    g.add_argument("--layers", type=int, help=f"blocks ({d.model.num_layers})")
-    g.add_argument("--heads", type=int, help=f"attention heads ({d.model.num_heads})")
-    g.add_argument("--d-model", type=int, help=f"width ({d.model.d_model})")
-    g.add_argument("--d-ff", type=int, help=f"feed-forward width ({d.model.d_ff})")
-    g.add_argument("--dropout", type=float, help=f"dropout ({d.model.dropout})")
-    g.add_argument("--max-position", type=int, help=f"learned-table size ({d.model.max_position})")
+    p = corpus_lm.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
+                                 "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
+    corpus_lm.add_data_arguments(p, d)
+    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size")
     g.add_argument("--logit-scale", help="attention logit scaling while training: none, log_n, ...")
-    g = p.add_argument_group("optimisation and run")
-    g.add_argument("--steps", type=int, help=f"training steps ({d.steps})")
-    g.add_argument("--batch-size", type=int, help=f"windows per step ({d.batch_size})")
-    g.add_argument("--lr", type=float, help=f"peak AdamW learning rate ({d.lr})")
-    g.add_argument("--warmup", type=int, help=f"warmup steps ({d.warmup})")
-    g.add_argument("--weight-decay", type=float, help=f"AdamW weight decay ({d.weight_decay})")
-    g.add_argument("--grad-clip", type=float, help=f"global gradient-norm clip ({d.grad_clip})")
-    g.add_argument("--seed", type=int, help=f"seed of weights and data order ({d.seed})")
-    g.add_argument("--checkpoint-every", type=int, metavar="K", help=f"checkpoint every K steps ({d.checkpoint_every})")
-    g.add_argument("--log-every", type=int, help=f"metrics row every this many steps ({d.log_every})")
-    g.add_argument("--val-windows", type=int, help=f"validation windows for the final ppl ({d.val_windows})")
-    g.add_argument("--out", metavar="RUN_DIR", help="run directory (default runs/lm-PE-LTRAIN-sSEED)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_arguments(p, "training and the final validation run")
+    corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
+                                out_default="runs/lm-PE-LTRAIN-sSEED")
     p.set_defaults(func=run_train)
 
 
@@ -109,9 +84,8 @@ def _add_eval(sub) -> None:
     from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig
 
     d = LMEvalConfig()
-    p = sub.add_parser("eval", help="perplexity / last-segment / passkey / ruler against context length",
-                       description="Evaluate a trained LM run against context length.", epilog=EVAL_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = corpus_lm.add_subcommand(sub, "eval", "perplexity / last-segment / passkey / ruler against context "
+                                 "length", "Evaluate a trained LM run against context length.", EVAL_EPILOG)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen lm train`")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods (default for RoPE runs: rope, pi, ntk, yarn with factor = "
@@ -135,28 +109,11 @@ def _add_eval(sub) -> None:
     p.set_defaults(func=run_eval)
 
 
-def config_from_args(args):
-    from lengen.lm.options import LM_OPTIONS, lm_config_from_options
-
-    given = {k: v for k, v in vars(args).items() if k in LM_OPTIONS and v is not None}
-    if "pe_options" in given:
-        given["pe_options"] = parse_key_values(given["pe_options"], "--pe-option")
-    return lm_config_from_options(given)
-
-
 def run_train(args) -> int:
+    from lengen.lm.options import LM_OPTIONS, lm_config_from_options
     from lengen.lm.train import train_lm
 
-    set_threads(args.threads)
-    cfg = config_from_args(args)
-    out = args.out or f"runs/lm-{cfg.model.pe}-L{cfg.train_length}-s{cfg.seed}"
-    rec = train_lm(cfg, out, progress=not args.no_progress)
-    print(f"\n{rec['corpus']}")
-    print(f"{rec['parameters']:,} parameters, {rec['steps']} steps")
-    print(f"validation perplexity at the training length {rec['train_length']}: {rec['val_ppl']:.3f} "
-          f"(unigram baseline: {rec['unigram_ppl']:.3f}; {rec['val_tokens']:,} tokens)")
-    print(f"run directory: {out}  (config.json, checkpoint.pt, metrics.jsonl, eval.json)")
-    return 0
+    return corpus_lm.train_from_args(args, LM_OPTIONS, lm_config_from_options, train_lm, RUN_DIR, VALIDATION_LINE)
 
 
 def run_eval(args) -> int:

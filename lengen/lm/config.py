@@ -15,6 +15,25 @@ def default_lm_model() -> ModelConfig:
                        causal=True, pe="rope", embed_scale=False, max_position=8192)
 
 
+def check_corpus_run_numbers(cfg) -> None:
+    """The range checks every corpus-trained run config (LMConfig, MLMConfig) shares: sizes and
+    intervals >= 1, steps and warmup >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1)."""
+    for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
+        if getattr(cfg, name) < 1:
+            raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("steps", "warmup"):
+        if getattr(cfg, name) < 0:
+            raise LengenError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.lr <= 0:
+        raise LengenError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.seed < 0:
+        raise LengenError(f"seed must be >= 0, got {cfg.seed}")
+    if not cfg.grad_clip > 0:
+        raise LengenError(f"grad-clip must be > 0, got {cfg.grad_clip}")
+    if not 0.0 < cfg.val_fraction < 1.0:
+        raise LengenError(f"val-fraction must be in (0, 1), got {cfg.val_fraction}")
+
+
 @dataclass
 class LMConfig:
     model: ModelConfig = field(default_factory=default_lm_model)
@@ -59,20 +78,7 @@ class LMConfig:
         from lengen.encodings import ENCODINGS
 
         ENCODINGS.get(self.model.pe)  # unknown encoding -> LengenError listing the valid ones
-        for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
-            if getattr(self, name) < 1:
-                raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "warmup"):
-            if getattr(self, name) < 0:
-                raise LengenError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise LengenError(f"lr must be > 0, got {self.lr}")
-        if self.seed < 0:
-            raise LengenError(f"seed must be >= 0, got {self.seed}")
-        if not self.grad_clip > 0:
-            raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise LengenError(f"val-fraction must be in (0, 1), got {self.val_fraction}")
+        check_corpus_run_numbers(self)
         check_precision(self.precision)
         if not self.model.causal:
             raise LengenError("a language model must be causal")

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
+from lengen.lm.config import check_corpus_run_numbers
 from lengen.models.config import CHE_RUN, ModelConfig, run_config_from_dict
 
 
@@ -63,20 +64,7 @@ class MLMConfig:
 
         ENCODINGS.get(self.model.pe)      # unknown encoding -> LengenError listing the valid ones
         SAMPLERS.get(self.positions)      # unknown sampler -> the same
-        for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
-            if getattr(self, name) < 1:
-                raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps", "warmup"):
-            if getattr(self, name) < 0:
-                raise LengenError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise LengenError(f"lr must be > 0, got {self.lr}")
-        if self.seed < 0:
-            raise LengenError(f"seed must be >= 0, got {self.seed}")
-        if not self.grad_clip > 0:
-            raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise LengenError(f"val-fraction must be in (0, 1), got {self.val_fraction}")
+        check_corpus_run_numbers(self)
         if not 0.0 < self.mask_rate < 1.0:
             raise LengenError(f"mask-rate must be in (0, 1), got {self.mask_rate}")
         check_precision(self.precision)

@@ -141,7 +141,8 @@ class LMKind(SweepKind):
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
         from lengen import io
         from lengen.lm.evaluate import evaluate_lm
-        from lengen.lm.train import EVAL_FILE, train_lm
+        from lengen.lm.loop import EVAL_FILE
+        from lengen.lm.train import train_lm
 
         if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
             train_lm(cfg, path, progress=False, on_log=on_log)

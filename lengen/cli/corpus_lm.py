@@ -1,0 +1,102 @@
+"""What `lengen lm` (decoder LM) and `lengen mlm` (masked LM) share: both are a command group with
+`train` and `eval`, and both train a byte-level model on a corpus with one loop (lengen.lm.loop),
+so their data, model and run flags, how the flags become a config and the summary after training
+are written once here. Each command passes what it says differently (help wording, the default
+run directory, the validation line)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from lengen.cli.options import add_device_arguments, parse_key_values, set_threads
+
+#: KEY=VALUE options (config field -> flag), parsed into dicts before the config is built
+KEY_VALUE_FLAGS = {"pe_options": "--pe-option", "position_options": "--position-option"}
+
+
+def add_command_group(sub, name: str, help: str, description: str,
+                      add_subcommands: list[Callable]) -> None:
+    """`lengen NAME COMMAND`; NAME alone prints its help and exits 2."""
+    p = sub.add_parser(name, help=help, description=description)
+    group_sub = p.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    for add in add_subcommands:
+        add(group_sub)
+
+
+def add_subcommand(sub, name: str, help: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A subcommand whose epilog (examples) keeps its line breaks."""
+    return sub.add_parser(name, help=help, description=description, epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_data_arguments(p, d):
+    """The "data" group (corpus, held-out share, window length); returned for a command's own flags."""
+    g = p.add_argument_group("data")
+    g.add_argument("--corpus", metavar="PATH_OR_GLOB",
+                   help="a file, a folder or a glob (quote it); default: this Python's standard library")
+    g.add_argument("--val-fraction", type=float, help=f"share of documents held out ({d.val_fraction})")
+    g.add_argument("--train-length", type=int, metavar="N", help=f"tokens per training window ({d.train_length})")
+    return g
+
+
+def add_model_arguments(p, d, max_position: str):
+    """The "model" group; `max_position` says what --max-position sizes. Returned for a command's
+    own flags."""
+    g = p.add_argument_group("model")
+    g.add_argument("--pe", help=f"positional encoding: any of `lengen.encodings` ({d.model.pe})")
+    g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
+                   help="encoding option, repeatable (e.g. base=500)")
+    g.add_argument("--layers", type=int, help=f"blocks ({d.model.num_layers})")
+    g.add_argument("--heads", type=int, help=f"attention heads ({d.model.num_heads})")
+    g.add_argument("--d-model", type=int, help=f"width ({d.model.d_model})")
+    g.add_argument("--d-ff", type=int, help=f"feed-forward width ({d.model.d_ff})")
+    g.add_argument("--dropout", type=float, help=f"dropout ({d.model.dropout})")
+    g.add_argument("--max-position", type=int, help=f"{max_position} ({d.model.max_position})")
+    return g
+
+
+def add_run_arguments(p, d, seeded: str, validated: str, out_default: str) -> None:
+    """The "optimisation and run" group and the device group. The help says what the seed fixes
+    (`seeded`), what the validation windows are for (`validated`) and the default --out."""
+    g = p.add_argument_group("optimisation and run")
+    g.add_argument("--steps", type=int, help=f"training steps ({d.steps})")
+    g.add_argument("--batch-size", type=int, help=f"windows per step ({d.batch_size})")
+    g.add_argument("--lr", type=float, help=f"peak AdamW learning rate ({d.lr})")
+    g.add_argument("--warmup", type=int, help=f"warmup steps ({d.warmup})")
+    g.add_argument("--weight-decay", type=float, help=f"AdamW weight decay ({d.weight_decay})")
+    g.add_argument("--grad-clip", type=float, help=f"global gradient-norm clip ({d.grad_clip})")
+    g.add_argument("--seed", type=int, help=f"seed of {seeded} ({d.seed})")
+    g.add_argument("--checkpoint-every", type=int, metavar="K", help=f"checkpoint every K steps ({d.checkpoint_every})")
+    g.add_argument("--log-every", type=int, help=f"metrics row every this many steps ({d.log_every})")
+    g.add_argument("--val-windows", type=int, help=f"validation windows for {validated} ({d.val_windows})")
+    g.add_argument("--out", metavar="RUN_DIR", help=f"run directory (default {out_default})")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arguments(p, "training and the final validation run")
+
+
+def options_from_args(args, table: dict[str, str]) -> dict:
+    """The options of `table` (option name -> config path) given on the command line, KEY=VALUE
+    lists parsed into dicts."""
+    given = {k: v for k, v in vars(args).items() if k in table and v is not None}
+    for key, flag in KEY_VALUE_FLAGS.items():
+        if key in given:
+            given[key] = parse_key_values(given[key], flag)
+    return given
+
+
+def train_from_args(args, table: dict[str, str], config_from_options: Callable, train: Callable,
+                    run_dir: str, validation_line: str) -> int:
+    """`lengen lm train` / `lengen mlm train`: the config from the flags (`table`: option -> config
+    path), `train(cfg, out, progress=...)` into --out or `run_dir.format(cfg=cfg)`, then a summary
+    whose validation line is `validation_line.format(**record)`."""
+    set_threads(args.threads)
+    cfg = config_from_options(options_from_args(args, table))
+    out = args.out or run_dir.format(cfg=cfg)
+    rec = train(cfg, out, progress=not args.no_progress)
+    print(f"\n{rec['corpus']}")
+    print(f"{rec['parameters']:,} parameters, {rec['steps']} steps")
+    print(validation_line.format(**rec))
+    print(f"run directory: {out}  (config.json, checkpoint.pt, metrics.jsonl, eval.json)")
+    return 0
