@@ -10,7 +10,7 @@ Timings on a shared machine are noisy: compare rows of one run.
 
     python benchmarks/train_many.py --threads 1 --steps 3                     # CPU, paper model
     python benchmarks/train_many.py --layers 2 --d-model 16 --heads 2 --batch-size 8 --train-length 5
-    python benchmarks/train_many.py --device cuda --sizes 1,8,32,128,256,512
+    python benchmarks/train_many.py --device cuda --sizes 1,8,32,128,256,512 --buckets auto,1,2,4
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lengen.formats import format_table
 from lengen.devices import resolve_device
 from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
-from lengen.training.group import _Stack, group_step
+from lengen.training.group import _Stack, bucket_overhead, group_step
 from lengen.training.loop import train_step
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.setup import build_run
@@ -70,12 +70,19 @@ def configs(args, pe, n):
                         dropout=args.dropout, pe=pe)
     return [TrainConfig(task=args.task, model=ModelConfig(**{**model.__dict__}), positions=args.positions,
                         batch_size=args.batch_size, train_length=args.train_length,
-                        max_length=args.train_length, lr=1e-4 * (1 + i % 4), seed=i, device=args.device)
+                        max_length=args.train_length, lr=1e-4 * (1 + i % 4), seed=i, device=args.device,
+                        precision=args.precision)
             for i in range(n)]
 
 
-def time_group(args, pe, n, device):
+def time_group(args, pe, n, device, buckets: str):
+    """`buckets`: "auto" (train_group's default: buckets that pay for their launches), "max" (one
+    per distinct length) or a number (at most that many, least padding)."""
     cfgs = configs(args, pe, n)
+    if buckets == "auto":
+        max_buckets, overhead = n, bucket_overhead(cfgs[0], device)
+    else:
+        max_buckets, overhead = (n if buckets == "max" else int(buckets)), 0.0
     parts = []
     for cfg in cfgs:
         torch.manual_seed(cfg.seed)
@@ -86,11 +93,11 @@ def time_group(args, pe, n, device):
     rngs = [np.random.default_rng(c.seed) for c in cfgs]
     gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
     for _ in range(args.warmup):
-        group_step(stack, parts, cfgs, rngs, gens, device)
+        group_step(stack, parts, cfgs, rngs, gens, device, max_buckets, overhead)
     sync(device)
     start = time.perf_counter()
     for _ in range(args.steps):
-        group_step(stack, parts, cfgs, rngs, gens, device)
+        group_step(stack, parts, cfgs, rngs, gens, device, max_buckets, overhead)
     sync(device)
     seconds = time.perf_counter() - start
     return n * args.steps / seconds, peak_since(base, device) / n
@@ -135,30 +142,37 @@ def main():
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--solo-models", type=int, default=2, help="models timed one after another for the baseline")
+    p.add_argument("--buckets", default="auto",
+                   help="comma-separated length-bucket settings per step to time (lengen.training.group."
+                        "plan_buckets): auto (train_group's default: as many as pay for their launches), "
+                        "max (one per distinct length) or a number (at most that many)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="lengen.devices")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    bucket_settings = [b.strip() for b in args.buckets.split(",") if b.strip()]
     rows = []
     for pe in args.encodings.split(","):
         solo_rate, solo_mb = time_solo(args, pe, device, args.solo_models)
-        rows.append([pe, "1 at a time", f"{solo_rate:.1f}", "1.00x", f"{solo_mb:.1f}"])
+        rows.append([pe, "1 at a time", "", f"{solo_rate:.1f}", "1.00x", f"{solo_mb:.1f}"])
         print(" ".join(rows[-1]), flush=True)
-        for n in (int(s) for s in args.sizes.split(",")):
-            try:
-                rate, mb = time_group(args, pe, n, device)
-            except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
-                rows.append([pe, str(n), f"failed: {type(e).__name__}", "", ""])
-                break
-            rows.append([pe, str(n), f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{mb:.1f}"])
-            print(" ".join(rows[-1]), flush=True)
+        for buckets in bucket_settings:
+            for n in (int(s) for s in args.sizes.split(",")):
+                try:
+                    rate, mb = time_group(args, pe, n, device, buckets)
+                except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
+                    rows.append([pe, str(n), buckets, f"failed: {type(e).__name__}", "", ""])
+                    break
+                rows.append([pe, str(n), buckets, f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{mb:.1f}"])
+                print(" ".join(rows[-1]), flush=True)
     print()
     print(f"{args.task}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
           f"U{{1..{args.train_length}}}, {args.positions} positions, dropout {args.dropout}, "
-          f"device {device}, {torch.get_num_threads()} threads, {args.steps} timed steps")
-    print(format_table(["encoding", "N", "model-steps/s", "vs one at a time", "peak MB/model"], rows))
+          f"device {device}, {args.precision}, {torch.get_num_threads()} threads, {args.steps} timed steps")
+    print(format_table(["encoding", "N", "buckets", "model-steps/s", "vs one at a time", "peak MB/model"], rows))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from guards import interrupt_on_call
+from lengen import kernels
 from lengen.errors import LengenError
 from lengen.io import load_torch
 from lengen.models import ModelConfig
@@ -114,6 +115,31 @@ def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model)
     assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))
 
 
+@pytest.mark.parametrize("pe,model", [
+    ("rope", {}),
+    ("alibi", {"causal": True, "logit_scale": "log_n"}),
+])
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's loop over CPU SDPA, expected here
+def test_group_equals_solo_through_vmapped_sdpa(tmp_path, monkeypatch, pe, model):
+    # The path CUDA takes: torch's SDPA under vmap (there its fused kernels batch over the models;
+    # here vmap loops over them). Learned biases (T5, FIRE, Kerple) cannot take it on the CPU:
+    # torch's CPU SDPA has no gradient for the bias under vmap.
+    monkeypatch.setattr(group, "sdpa_batches_models", lambda device: True)
+    cfgs = [tiny(pe, seed, lr, model=model) for seed, lr in SEEDS_LRS[:2]]
+    assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))
+
+
+def test_group_equals_solo_without_the_fused_kernel(tmp_path):
+    # no compiler, or LENGEN_KERNELS=0: each model of the stack attends through torch's SDPA
+    kernels.set_enabled(False)
+    try:
+        cfgs = [tiny("t5", seed, lr) for seed, lr in SEEDS_LRS[:2]]
+        records = run_group(cfgs, tmp_path)
+    finally:
+        kernels.set_enabled(True)
+    assert_matches_solo(cfgs, tmp_path, records)
+
+
 def test_clipping_is_per_model(tmp_path):
     # A clip this small brings the gradient near Adam's eps, where its size changes the step: with
     # the stack's norm instead of the model's own, model 0 would take other steps.
@@ -177,3 +203,84 @@ def test_groupable_differences_are_accepted(tmp_path):
     records = run_group(cfgs, tmp_path)
     assert set(records[0]["accuracy_by_length"]) == {str(n) for n in range(1, 7)}
     assert records[1]["eval_samples"] == 8
+
+
+def _least_padded_work_brute_force(totals, max_buckets, overhead=0.0):
+    """Every way to split the members into at most `max_buckets` non-empty groups (not only runs
+    of sorted lengths): the least sum over groups of (size x longest + overhead)."""
+    best = float("inf")
+
+    def place(i, groups):
+        nonlocal best
+        if i == len(totals):
+            best = min(best, sum(len(g) * max(totals[m] for m in g) + overhead for g in groups))
+            return
+        for g in groups:
+            g.append(i)
+            place(i + 1, groups)
+            g.pop()
+        if len(groups) < max_buckets:
+            groups.append([i])
+            place(i + 1, groups)
+            groups.pop()
+
+    place(0, [])
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bucket_plan_is_the_least_padded_split(seed):
+    rng = np.random.default_rng(seed)
+    totals = [int(t) for t in rng.integers(2, 20, size=int(rng.integers(1, 8)))]
+    for k in (1, 2, 3, 8):
+        for overhead in (0.0, 2.5, 30.0):
+            plan = group.plan_buckets(totals, k, overhead)
+            assert sorted(m for b in plan for m in b) == list(range(len(totals)))  # each member once
+            assert 1 <= len(plan) <= k and all(plan)
+            cost = sum(len(b) * max(totals[m] for m in b) + overhead for b in plan)
+            assert cost == _least_padded_work_brute_force(totals, k, overhead), (totals, k, overhead, plan)
+
+
+def test_bucket_plan_hand_example():
+    # lengths 4, 4, 10, 12 (members 0..3 in another order): one bucket pads all to 12 (48);
+    # two: {4, 4} + {10, 12} = 8 + 24 = 32; three or more: 8 + 10 + 12 = 30
+    totals = [12, 4, 10, 4]
+    assert group.plan_buckets(totals, 1) == [[0, 1, 2, 3]]
+    assert group.plan_buckets(totals, 2) == [[1, 3], [0, 2]]
+    assert group.plan_buckets(totals, 3) == group.plan_buckets(totals, 9) == [[1, 3], [2], [0]]
+    # 3 per bucket: 48 + 3 = 51, 32 + 6 = 38, 30 + 9 = 39 -> two; 20 per bucket: one (68 vs 72)
+    assert group.plan_buckets(totals, 9, overhead=3) == [[1, 3], [0, 2]]
+    assert group.plan_buckets(totals, 9, overhead=20) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("pe", ["rope", "t5"])
+def test_group_equals_solo_padded_to_the_longest(tmp_path, pe):
+    # one bucket (CUDA's default): every model padded to the group's longest each step
+    cfgs = [tiny(pe, seed, lr) for seed, lr in SEEDS_LRS]
+    assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path, buckets=1))
+
+
+def test_bad_bucket_count_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(LengenError, match="buckets must be at least 1"):
+        run_group([tiny("rope", 0), tiny("rope", 1)], tmp_path, buckets=0)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a GPU machine)")
+@pytest.mark.parametrize("pe,buckets", [("rope", 1), ("t5", 1), ("alibi", 2), ("fire", 1)])
+def test_group_on_cuda_matches_solo_on_cuda(tmp_path, pe, buckets):
+    # CUDA: SDPA's fused kernels batch over the models (t5/fire: the learned bias's gradient too).
+    # GPU reductions are not bit-reproducible, so the check is closeness, not the CPU tests' 1e-4.
+    cfgs = [tiny(pe, seed, lr, device="cuda") for seed, lr in SEEDS_LRS[:2]]
+    records = run_group(cfgs, tmp_path, buckets=buckets)
+    for i, cfg in enumerate(cfgs):
+        solo = train(TrainConfig.from_dict(cfg.to_dict()), tmp_path / f"solo{i}", progress=False)
+        diffs = {k: d for k, d in weight_diffs(tmp_path / f"g{i}", tmp_path / f"solo{i}").items()
+                 if not null_direction(pe, k)}
+        assert max(diffs.values()) <= 5e-3, max(diffs.items(), key=lambda kv: kv[1])
+        g = [json.loads(r)["loss"] for r in (tmp_path / f"g{i}/metrics.jsonl").read_text().splitlines()]
+        s = [json.loads(r)["loss"] for r in (tmp_path / f"solo{i}/metrics.jsonl").read_text().splitlines()]
+        assert g == pytest.approx(s, abs=2e-3)
+        agree = [abs(records[i]["accuracy_by_length"][n] - solo["accuracy_by_length"][n]) <= 0.05
+                 for n in solo["accuracy_by_length"]]
+        assert all(agree), (records[i]["accuracy_by_length"], solo["accuracy_by_length"])

@@ -9,12 +9,14 @@ learning rate is the N Adams), gradient clipping (the global norm of *that model
 dropout rate and masks, checkpoint, metrics and evaluation. With dropout 0 the weights equal
 those of `train` up to float rounding; with dropout the masks are other draws of the same law.
 
-Models draw different lengths at the same step, so each step pads every model's sequence to the
-group's longest: the CHE layout is [input, EMPTY output slots, padding], the padded keys get an
-additive -inf in attention (so no real token sees them, and the padding gets no gradient), the
-padded outputs are left out of the loss and the accuracy, and padded positions are 0 (any value
-an encoding accepts: a bias between real tokens depends on their own positions only). Log-n
-logit scaling counts each model's real keys.
+Models draw different lengths at the same step, so each step splits the models into a few
+buckets of similar length (plan_buckets: the least padded work, each bucket paying for its own
+launches) and pads every model's sequence to its bucket's longest: the
+CHE layout is [input, EMPTY output slots, padding], the padded keys get an additive -inf in
+attention (so no real token sees them, and the padding gets no gradient), the padded outputs are
+left out of the loss and the accuracy, and padded positions are 0 (any value an encoding accepts:
+a bias between real tokens depends on their own positions only). Log-n logit scaling counts each
+model's real keys.
 
 Run directories are those of `train`: config.json, metrics.jsonl, checkpoint.pt (the model and
 a torch Adam state dict, so `lengen eval`, `load_trained` and even `lengen train` read and resume
@@ -37,7 +39,8 @@ from torch.func import functional_call, vmap
 
 from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
-from lengen.kernels.small_attention import causal_additive_mask
+from lengen.kernels.model_stack import stacked_attention
+from lengen.kernels.small_attention import sdpa
 from lengen.models.attention import AttentionContext, SelfAttention, head_views
 from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout
@@ -56,6 +59,20 @@ PER_MODEL = ("seed", "lr", "grad_clip", "model.dropout")
 #: keys that only shape each model's own evaluation (done model by model after training)
 PER_MODEL_EVAL = ("max_length", "eval_samples", "eval_seed", "eval_tokens", "test_positions")
 BETAS, EPS = (0.9, 0.999), 1e-8  # train()'s Adam
+#: what one more length bucket per step costs (its own forward and backward launches), in float
+#: operations of the device: a bucket pays when the padding it removes is worth more. CPU: ~5 ms of
+#: launches at ~50 GFLOP/s (benchmarks/train_many.py: the seed paper's model gains from one bucket
+#: per distinct length, 0.37x -> ~1x of one model at a time; a tiny model loses from it). CUDA:
+#: ~3 ms of launches at ~50 TFLOP/s, an estimate until measured (benchmarks/gpu_session.sh many).
+BUCKET_OVERHEAD_FLOPS = {"cpu": 2.5e8, "cuda": 1.5e11}
+
+
+def bucket_overhead(cfg: TrainConfig, device) -> float:
+    """BUCKET_OVERHEAD_FLOPS in units of plan_buckets' work (one model's padded position): the
+    forward and backward of the linear layers for one position of one model's batch."""
+    m = cfg.model
+    position_flops = 6 * cfg.batch_size * m.num_layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff)
+    return BUCKET_OVERHEAD_FLOPS.get(torch.device(device).type, BUCKET_OVERHEAD_FLOPS["cuda"]) / position_flops
 
 
 def check_groupable(cfgs: list[TrainConfig]) -> None:
@@ -104,9 +121,10 @@ def _logit_factor(cfg, n_keys: torch.Tensor, tq: int, device):
 
 class _GroupAttention(SelfAttention):
     """SelfAttention for one model inside vmap: plain views for the heads (the _SplitHeads
-    Function has no vmap rule), a key-padding bias, log-n scaling on real keys, the attention
-    itself (the fused CPU kernel is a ctypes call vmap cannot see into, and torch's CPU SDPA has no batching
-    rule), written out: logits, softmax, weighted sum."""
+    Function has no vmap rule), a key-padding bias and log-n scaling on real keys. The attention
+    itself: on CUDA torch's SDPA, whose fused kernels fold the model axis into the batch;
+    elsewhere lengen.kernels' attention once per model (lengen.kernels.model_stack: vmap cannot
+    see into the fused CPU kernel, and torch's CPU SDPA has no batching rule)."""
 
     def project(self, x):
         return head_views(self.qkv(x), self.cfg.num_heads)
@@ -124,11 +142,15 @@ class _GroupAttention(SelfAttention):
         bias = pe.bias(self.layer, ctx.pe_state)
         mask = ctx.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
         bias = mask if bias is None else bias.to(q.dtype) + mask
-        # written out: torch's CPU SDPA has no vmap batching rule (it would loop over the models)
-        logits = torch.matmul(q, k.transpose(-1, -2)) * scale + bias
-        if ctx.causal:
-            logits = logits + causal_additive_mask(logits.shape[-2], logits.shape[-1], logits.device, logits.dtype)
-        return torch.matmul(torch.softmax(logits, dim=-1), v)
+        if sdpa_batches_models(q.device):
+            return sdpa(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
+        return stacked_attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
+
+
+def sdpa_batches_models(device) -> bool:
+    """Whether torch's SDPA runs a vmapped stack of models as one batch: its fused CUDA kernels
+    have batching rules; its CPU kernel has none (and no gradient for a learned bias under vmap)."""
+    return device.type == "cuda"
 
 
 class _GroupDropout(nn.Module):
@@ -213,11 +235,19 @@ class _Stack:
         named.update(drop_p)
         return functional_call(self.forward, named, (tokens, pos, key_bias, n_keys, out_idx))
 
-    def __call__(self, tokens, pos, key_bias, n_keys, out_idx):
+    def project(self):
         with torch.no_grad():  # Kerple's projection, as its prepare() does before every forward
             for name, lo, hi in self.projections:
                 self.params[name].clamp_(min=lo, max=hi)
-        return self.vmapped(self.params, self.drop_p, tokens, pos, key_bias, n_keys, out_idx)
+
+    def __call__(self, tokens, pos, key_bias, n_keys, out_idx, members: torch.Tensor | None = None):
+        """Logits [M, B, O, V] of the models `members` (indices into the stack; None: all N) on
+        their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
+        params, drop_p = self.params, self.drop_p
+        if members is not None:
+            params = {n: p.index_select(0, members) for n, p in params.items()}
+            drop_p = {n: p.index_select(0, members) for n, p in drop_p.items()}
+        return self.vmapped(params, drop_p, tokens, pos, key_bias, n_keys, out_idx)
 
     def train(self, flag: bool = True):
         self.forward.train(flag)
@@ -317,35 +347,90 @@ def _pad(draws, empty_token: int, device):
     return out if torch.device(device).type == "cpu" else tuple(x.to(device, non_blocking=True) for x in out)
 
 
-def group_step(stack: _Stack, parts: list[RunParts], cfgs: list[TrainConfig], rngs, gens, device):
-    """One step of every model; returns (loss, correct, count), each [N], on `device`."""
+def plan_buckets(totals: list[int], max_buckets: int, overhead: float = 0.0) -> list[list[int]]:
+    """Split the members (their padded step lengths `totals`) into at most `max_buckets` groups,
+    each padded to its own longest, so that the padded work (the sum over groups of size x
+    longest) plus `overhead` per group is least. The best groups are runs of the members sorted by
+    length (moving a member to the group of its length never adds work), so a dynamic programme
+    over the distinct lengths finds them: O(max_buckets x distinct^2), a few dozen distinct
+    lengths per step. Ties go to fewer groups."""
+    if not totals:
+        return []
+    lengths = sorted(set(totals))
+    count = [sum(1 for t in totals if t == length) for length in lengths]
+    D, K = len(lengths), max(1, min(max_buckets, len(lengths)))
+    prefix = [0]
+    for c in count:
+        prefix.append(prefix[-1] + c)
+    # best[k][j]: least work covering the j shortest lengths with k groups; cut[k][j]: last group's start
+    inf = float("inf")
+    best = [[inf] * (D + 1) for _ in range(K + 1)]
+    cut = [[0] * (D + 1) for _ in range(K + 1)]
+    best[0][0] = 0
+    for k in range(1, K + 1):
+        for j in range(1, D + 1):
+            for i in range(k - 1, j):  # last group: lengths i..j-1, padded to lengths[j-1]
+                work = best[k - 1][i] + (prefix[j] - prefix[i]) * lengths[j - 1]
+                if work < best[k][j]:
+                    best[k][j], cut[k][j] = work, i
+    k = min(range(1, K + 1), key=lambda k: (best[k][D] + overhead * k, k))
+    bounds, j = [], D
+    while k > 0:
+        i = cut[k][j]
+        bounds.append((lengths[i], lengths[j - 1]))
+        j, k = i, k - 1
+    return [[m for m, t in enumerate(totals) if lo <= t <= hi] for lo, hi in reversed(bounds)]
+
+
+def group_step(stack: _Stack, parts: list[RunParts], cfgs: list[TrainConfig], rngs, gens, device,
+               buckets: int = 1, overhead: float = 0.0):
+    """One step of every model; returns (loss, correct, count), each [N], on `device`. Models are
+    run in at most `buckets` groups of similar drawn length (plan_buckets, `overhead` per group),
+    each padded to its own longest: fewer padded tokens for more, smaller launches."""
     draws = [_draw(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
-    tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = _pad(draws, parts[0].model.empty_token, device)
-    with precision_context(cfgs[0].precision, device):
-        logits = stack(tokens, pos, key_bias, n_keys, out_idx)  # [N, B, O, V]
-    N, B, O, V = logits.shape
-    ce = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), reduction="none").view(N, B, O)
-    loss = (ce * weight).sum((1, 2))
-    loss.sum().backward()
+    totals = [b.inputs.shape[1] + o for b, o, _ in draws]
+    plan = plan_buckets(totals, buckets, overhead)
+    N = len(draws)
+    loss = torch.zeros(N, device=device)
+    correct = torch.zeros(N, dtype=torch.int64, device=device)
+    count = torch.zeros(N, dtype=torch.int64, device=device)
+    stack.project()
+    for members in plan:
+        tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = _pad(
+            [draws[i] for i in members], parts[0].model.empty_token, device)
+        idx = None if len(members) == N else torch.tensor(members, device=device)
+        with precision_context(cfgs[0].precision, device):
+            logits = stack(tokens, pos, key_bias, n_keys, out_idx, idx)  # [M, B, O, V]
+        M, B, O, V = logits.shape
+        ce = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), reduction="none").view(M, B, O)
+        bucket_loss = (ce * weight).sum((1, 2))
+        bucket_loss.sum().backward()  # gradients add up in the stack's parameters, bucket by bucket
+        rows = torch.tensor(members, device=device)
+        loss.index_copy_(0, rows, bucket_loss.detach())
+        correct.index_copy_(0, rows, ((logits.detach().argmax(-1) == targets) & mask).sum((1, 2)))
+        count.index_copy_(0, rows, mask.sum((1, 2)))
     stack.clip_and_step()
-    correct = ((logits.detach().argmax(-1) == targets) & mask).sum((1, 2))
-    return loss.detach(), correct, mask.sum((1, 2))
+    return loss, correct, count
 
 
 # -- the loop -----------------------------------------------------------------------------------------
 
 def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool = True,
-                evaluate: bool = True) -> list[dict]:
+                evaluate: bool = True, buckets: int | None = None) -> list[dict]:
     """Train (or resume) the runs `outs[i]` of `cfgs[i]` together, then evaluate each; returns
     their eval records, in order (as `train` returns one). A member whose loss diverges keeps its
     last good checkpoint and stops being saved; the others train on, and TrainingDiverged is
-    raised at the end, after their evaluations."""
+    raised at the end, after their evaluations. `buckets`: at most this many length groups per
+    step, padded work least (group_step); None: as many as pay for their launches on the device
+    (bucket_overhead). It changes speed, not results."""
     cfgs, outs = list(cfgs), [Path(o) for o in outs]
     if len(cfgs) != len(outs):
         raise LengenError(f"{len(cfgs)} configs but {len(outs)} run directories")
     if len({o.resolve() for o in outs}) != len(outs):
         raise LengenError("train_group: two members share one run directory")
     check_groupable(cfgs)
+    if buckets is not None and buckets < 1:
+        raise LengenError(f"buckets must be at least 1, not {buckets}")
     device = resolve_device(cfgs[0].device)
     parts = []
     for cfg in cfgs:
@@ -378,7 +463,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
 
     if active:
         _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts,
-                       device, progress)
+                       device, progress, buckets)
     diverged = [i for i in active if getattr(sessions[i], "diverged", None)]
     records: list[dict] = []
     for i, (cfg, session, part) in enumerate(zip(cfgs, sessions, parts)):
@@ -401,7 +486,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
 
 
 def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts, device,
-                   progress):
+                   progress, buckets):
     sub = [cfgs[i] for i in active]
     stack = _Stack([models[i] for i in active], sub, device)
     start = sessions[active[0]].step
@@ -422,13 +507,15 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
                 "count": b["count"] + int(sums[2][j]), "steps": b["steps"] + counted}
 
     stack.train(True)
+    # None: any number of buckets, each paying for its launches; a number: least padding within it
+    max_buckets, overhead = (len(active), bucket_overhead(cfg, device)) if buckets is None else (buckets, 0.0)
     sub_parts = [parts[i] for i in active]
     sub_rngs, sub_gens = [rngs[i] for i in active], [gens[i] for i in active]
     bar = progress_bar(cfg.steps, f"train {len(active)} x {cfg.task} {cfg.model.pe}/{cfg.positions}",
                        disable=not progress, initial=start, unit="step")
     step = start
     while step < cfg.steps:
-        loss, correct, count = group_step(stack, sub_parts, sub, sub_rngs, sub_gens, device)
+        loss, correct, count = group_step(stack, sub_parts, sub, sub_rngs, sub_gens, device, max_buckets, overhead)
         sums[0] += loss
         sums[1] += correct
         sums[2] += count
