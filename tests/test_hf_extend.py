@@ -153,6 +153,20 @@ def test_restore_gives_back_the_exact_model(spec):
     restore(model)
 
 
+def test_route_of_says_whether_the_model_keeps_its_attention():
+    from lengen.hf.patch import route_of
+
+    model = tiny("sdpa")
+    assert route_of(model) is None
+    extend(model, "yarn:factor=4")  # a frequency method: a new rotary table, the model's own attention
+    assert route_of(model) == "rotary" and model.config._attn_implementation == "sdpa"
+    restore(model)
+    extend(model, "rerope:window=8")  # a remapping method: lengen's attention replaces the model's
+    assert route_of(model) == "attention" and model.config._attn_implementation != "sdpa"
+    restore(model)
+    assert route_of(model) is None
+
+
 @torch.no_grad()
 def check_generate_equals_full_forwards(model, prompt, new_tokens=12, attention_mask=None, atol=1e-4,
                                         tie=0.0):

@@ -169,6 +169,14 @@ def extension_of(model: nn.Module) -> str | None:
     return None if ext is None else ext.spec
 
 
+def route_of(model: nn.Module) -> str | None:
+    """How an extended model runs the method: "rotary" (a frequency method: the rotary table is
+    changed, the model's own attention kept) or "attention" (lengen's attention replaces it);
+    None when the model is not extended."""
+    ext = _EXTENSIONS.get(model)
+    return None if ext is None else ext.route
+
+
 def _set_implementation(model: nn.Module, name: str) -> None:
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(name)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Everything the open GPU work needs measured, in two parts that each fit one 10-minute call of
+# the device tool (docs/performance.md, docs/devices.md say where the results go):
+#
+#   bash benchmarks/gpu_session.sh checks   # CUDA tests + attention-level and whole-model speed (issue 12)
+#   bash benchmarks/gpu_session.sh many     # many models at once on CUDA (issue 10)
+#
+# Runs with the machine's python3 and PYTHONPATH=. (no install); writes one log per step to
+# $OUT (the device tool's folder; ./gpu-session-out elsewhere). Every step has its own time limit,
+# so one slow step cannot eat the others' time; a step that times out says so in its log.
+set -u
+case "${1:-}" in
+checks | many) ;;
+*) echo "usage: bash benchmarks/gpu_session.sh checks|many" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/.."
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-gpu-session-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.txt, keep going
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s): $*"
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s" >>"$OUT/$name.txt"
+    echo "   rc=$rc in $((SECONDS - start))s; last lines:"
+    tail -n 4 "$OUT/$name.txt" | sed 's/^/   /'
+}
+
+{ date -u; nvidia-smi -L; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
+    >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+case "${1:-}" in
+checks)
+    step tests 200 $PY -m pytest -q -p no:cacheprovider tests/test_flex_remap.py tests/test_devices.py \
+        tests/test_group_training.py::test_group_on_cuda_matches_solo_on_cuda
+    step attention_prefill 150 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536,131072 --repeats 3
+    step attention_decode 60 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536,131072 --repeats 3 --step decode
+    step hf_forward 130 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536,131072 --repeats 2
+    ;;
+many)
+    step many_rope 240 $PY benchmarks/train_many.py --device cuda --encodings rope \
+        --sizes 1,8,32,128,256,512 --buckets auto,1,2,4 --steps 20 --warmup 3 --solo-models 2
+    step many_precision 120 $PY benchmarks/train_many.py --device cuda --encodings rope \
+        --sizes 256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 1 --precision bf16
+    step many_others 150 $PY benchmarks/train_many.py --device cuda --encodings alibi,relative \
+        --sizes 1,32,256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 2
+    ;;
+esac
