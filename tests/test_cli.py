@@ -75,3 +75,16 @@ def test_run_dir_with_another_config_is_refused_untouched(tmp_path):
 def test_eval_of_missing_run_is_clean(tmp_path):
     r = run_cli("eval", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "not a lengen run directory" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback():
+    # `lengen tasks | head -1`: the reader goes away; lengen stops quietly like a Unix tool
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "lengen", "sweep", "presets"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before lengen (still importing) prints anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -190,6 +190,17 @@ def test_presets_expand_to_the_papers_sizes():
     assert len(expand(load_spec("su2023"))) == 6 * (3 * 2 * 2 + 2 * 3 * 2) * 3 * 5
 
 
+def test_presets_listing_counts_are_their_run_counts():
+    # `lengen sweep presets` counts grid points without building configs: for the presets that
+    # must be the number of runs (no two points with one config, every point valid)
+    from lengen.sweeps.presets import preset_names
+    from lengen.sweeps.spec import count_points
+
+    for name in preset_names():
+        spec = load_spec(name)
+        assert count_points(spec) == len(expand(spec)), name
+
+
 # -- running ------------------------------------------------------------------------------------
 
 def test_in_process_sweep_results_and_rerun_is_identical(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from lengen.errors import LengenError
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print("lengen: interrupted; rerun the same command to resume from the last checkpoint",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lengen ... | head` closed the pipe: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+        return 141
 
 
 if __name__ == "__main__":

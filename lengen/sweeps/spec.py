@@ -215,6 +215,15 @@ def _short(point: dict) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in point.items()) + "}"
 
 
+def count_points(spec: SweepSpec) -> int:
+    """The grid points left after `exclude`, without building or checking a config: what a
+    listing needs (expand builds and validates every config, seconds for thousands of runs).
+    Equals len(expand(spec)) unless two points give one config or some cannot run."""
+    keys = list(spec.grid)
+    return sum(1 for values in itertools.product(*(spec.grid[k] for k in keys))
+               if not _excluded(dict(zip(keys, values)), spec.exclude))
+
+
 def expand(spec: SweepSpec) -> list[SweepRun]:
     """The runs of a sweep, in grid order (the first grid key varies slowest), duplicates dropped;
     SweepSpecError listing every point that cannot run."""
