@@ -184,3 +184,16 @@ def test_fig3_appears_only_when_the_sweep_varies_max_position(tmp_path):
     name = score_vs_max_position(varied, tmp_path)
     assert name == "fig3_max_position.png" and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "fig3_max_position.svg").exists()
+
+
+def test_figure4_line_colours_are_distinct_and_not_the_marker_colour():
+    # a sweep can plot 12 encodings and 4 recurrent models in one panel; the N line is drawn too
+    from matplotlib.colors import to_rgba
+
+    from lengen.reports.figures import MARKER_COLOUR, line_colours
+
+    for n in (1, 4, 10, 11, 16, 20, 25):
+        colours = line_colours([f"k{i}" for i in range(n)])
+        rgba = [to_rgba(c) for c in colours.values()]
+        assert len(colours) == n and len(set(rgba)) == n, n
+        assert to_rgba(MARKER_COLOUR) not in rgba

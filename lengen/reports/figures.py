@@ -29,18 +29,40 @@ def _save(fig, out: Path, stem: str) -> list[str]:
     return names
 
 
+#: the training-length line: a grey no encoding gets (line_colours)
+MARKER_COLOUR = "0.25"
+
+
+def line_colours(keys: list[str]) -> dict[str, tuple]:
+    """One colour per line key, all distinct: tab10 for up to 10 keys, tab20 for up to 20 (a
+    sweep can hold 12 encodings and 4 recurrent models), then a continuous map. None is grey,
+    so no line takes MARKER_COLOUR's place."""
+    import matplotlib
+
+    if len(keys) <= 10:
+        cmap = matplotlib.colormaps["tab10"]
+        palette = [cmap(i) for i in (0, 1, 2, 3, 4, 5, 6, 8, 9, 7)]  # tab10's grey (7) last
+    elif len(keys) <= 20:
+        cmap = matplotlib.colormaps["tab20"]
+        palette = [cmap(i) for i in range(20) if i not in (14, 15)] + [cmap(14), cmap(15)]  # greys last
+    else:
+        cmap = matplotlib.colormaps["turbo"]
+        palette = [cmap(i / (len(keys) - 1)) for i in range(len(keys))]
+    return {k: palette[i] for i, k in enumerate(keys)}
+
+
 def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) -> dict[str, str]:
     """Fig. 4: per task, accuracy against length of each variant's best run, the training lengths
     shaded and a dashed line at N. Returns task -> PNG file name."""
     plt = _plt()
     best = best_runs(runs)
     order = ordered_variants(runs)
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
     def line_key(r):  # the encoding, or a recurrent baseline's architecture (it reads no encoding)
         model = r.get("model")
         return model if isinstance(model, str) and model != "transformer" else r["pe"]
 
-    colours = {k: cycle[i % len(cycle)] for i, k in enumerate(dict.fromkeys(line_key(r) for _, r in runs.iterrows()))}
+    colours = line_colours(list(dict.fromkeys(line_key(r) for _, r in runs.iterrows())))
     made = {}
     for task in ordered_tasks(best["task"].unique()):
         rows = best[best["task"] == task].set_index("variant").reindex([v for v in order])
@@ -48,7 +70,7 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
         fig, ax = plt.subplots(figsize=(7.5, 3.8))
         n = int(rows["train_length"].max())
         ax.axvspan(0.5, n + 0.5, color="0.9", zorder=0)
-        ax.axvline(n, color="tab:red", ls="--", lw=1, label=f"N = {n}")
+        ax.axvline(n, color=MARKER_COLOUR, ls="--", lw=1, label=f"N = {n}")
         for variant, r in rows.iterrows():
             acc = accuracy[accuracy["run_id"] == r["run_id"]].sort_values("length")
             # one colour per encoding; randomized positions solid, others dotted; recurrent dash-dot
