@@ -377,6 +377,26 @@ def test_sweep_with_models_expands_and_refuses_positions_for_recurrent_points():
         ("transformer", "standard"), ("transformer", "randomized"), ("rnn", "standard")]
 
 
+def test_sweep_across_models_applies_fixed_sizes_where_they_are_read():
+    # `fixed` sets the Transformer's size and the recurrent hidden size in one sweep: each run
+    # takes the options its model reads; a grid value that does not apply is still refused
+    fixed = {**TINY, "d_model": 32, "layers": 2, "hidden_size": 48}
+    runs = expand(parse_spec({"grid": {"model": ["transformer", "lstm"]}, "fixed": fixed}))
+    t, lstm = (r.config.model for r in runs)
+    default = ModelConfig()
+    assert (t.architecture, t.d_model, t.num_layers, t.hidden_size) == ("transformer", 32, 2, default.hidden_size)
+    assert (lstm.architecture, lstm.d_model, lstm.num_layers, lstm.hidden_size) == (
+        "lstm", default.d_model, default.num_layers, 48)
+    # the Transformer run's id is that of a Transformer-only sweep with the same sizes
+    alone = expand(parse_spec({"grid": {"seed": [0]}, "fixed": {**TINY, "d_model": 32, "layers": 2}}))
+    assert runs[0].run_id == alone[0].run_id
+    # with the model fixed (not crossed), an option it does not read is a mistake, as on the command line
+    with pytest.raises(LengenError, match="layers, d-model do not apply to model 'lstm'"):
+        expand(parse_spec({"grid": {"seed": [0]}, "fixed": {**fixed, "model": "lstm"}}))
+    with pytest.raises(LengenError, match="{model: lstm, d_model: 16}: d-model does not apply"):
+        expand(parse_spec({"grid": {"model": ["transformer", "lstm"], "d_model": [16]}, "fixed": TINY}))
+
+
 def test_sweep_preset_expands():
     from lengen.sweeps import load_spec
 

@@ -238,7 +238,7 @@ def expand(spec: SweepSpec) -> list[SweepRun]:
         if _excluded(point, spec.exclude):
             continue
         try:
-            cfg = kind.config({**spec.fixed, **point})
+            cfg = kind.config({**spec.fixed, **point}, frozenset(point))
             structural = kind.structural_key(cfg)
             if structural not in built:
                 try:

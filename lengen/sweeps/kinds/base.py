@@ -22,8 +22,9 @@ class SweepKind:
         """`value` as option `name` takes it, or LengenError."""
         raise NotImplementedError
 
-    def config(self, options: dict):
-        """A validated config from a grid point's options, or LengenError."""
+    def config(self, options: dict, grid_keys: frozenset = frozenset()):
+        """A validated config from a grid point's options, or LengenError. `grid_keys`: the
+        options that came from the grid point itself (the others from `fixed`)."""
         raise NotImplementedError
 
     def config_from_dict(self, d: dict):

@@ -29,10 +29,15 @@ class CHEKind(SweepKind):
             return value
         return coerce_option(name, value)
 
-    def config(self, options: dict):
-        from lengen.training.options import config_from_options
+    def config(self, options: dict, grid_keys: frozenset = frozenset()):
+        from lengen.training.options import config_from_options, options_not_read
 
         options = dict(options)
+        if "model" in grid_keys:
+            # a sweep across architectures: a `fixed` option applies to the models that read it
+            # (d_model to the Transformer, hidden_size to the recurrent ones); grid values must apply
+            unread = set(options_not_read(options["model"]))
+            options = {k: v for k, v in options.items() if k in grid_keys or k not in unread}
         preset = options.pop("preset", None)
         cfg = config_from_options(options, preset=preset)
         cfg.validate()

@@ -51,7 +51,7 @@ class LMKind(SweepKind):
 
         return coerce_lm_option(name, value)
 
-    def config(self, options: dict):
+    def config(self, options: dict, grid_keys: frozenset = frozenset()):
         from lengen.lm.options import lm_config_from_options
 
         cfg = lm_config_from_options(options)
