@@ -9,12 +9,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from lengen.cli.options import add_device_arguments, parse_key_values, set_threads
+from lengen.cli.options import add_device_arguments, options_from_args, set_threads
 
 #: KEY=VALUE options (config field -> flag), parsed into dicts before the config is built
-KEY_VALUE_FLAGS = {"pe_options": "--pe-option", "position_options": "--position-option"}
-
-
 def add_command_group(sub, name: str, help: str, description: str,
                       add_subcommands: list[Callable]) -> None:
     """`lengen NAME COMMAND`; NAME alone prints its help and exits 2."""
@@ -74,16 +71,6 @@ def add_run_arguments(p, d, seeded: str, validated: str, out_default: str) -> No
     g.add_argument("--out", metavar="RUN_DIR", help=f"run directory (default {out_default})")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(p, "training and the final validation run")
-
-
-def options_from_args(args, table: dict[str, str]) -> dict:
-    """The options of `table` (option name -> config path) given on the command line, KEY=VALUE
-    lists parsed into dicts."""
-    given = {k: v for k, v in vars(args).items() if k in table and v is not None}
-    for key, flag in KEY_VALUE_FLAGS.items():
-        if key in given:
-            given[key] = parse_key_values(given[key], flag)
-    return given
 
 
 def train_from_args(args, table: dict[str, str], config_from_options: Callable, train: Callable,

@@ -20,6 +20,20 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
     return out
 
 
+#: options given as repeated KEY=VALUE flags (parse_key_values), by every command that has them
+KEY_VALUE_FLAGS = {"pe_options": "--pe-option", "position_options": "--position-option"}
+
+
+def options_from_args(args, table) -> dict:
+    """The options named in `table` (option name -> config path) that the command line gave,
+    KEY=VALUE lists parsed into dicts."""
+    given = {k: v for k, v in vars(args).items() if k in table and v is not None}
+    for key, flag in KEY_VALUE_FLAGS.items():
+        if key in given:
+            given[key] = parse_key_values(given[key], flag)
+    return given
+
+
 def parse_lengths(text: str) -> list[int]:
     """Token counts for --lengths: '4096' -> [4096], '4k' -> [4096], '2k,4k,8192' -> [2048, 4096, 8192]."""
     out = []

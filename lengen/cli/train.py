@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lengen.cli.options import add_device_arguments, format_table, parse_key_values, set_threads
+from lengen.cli.options import add_device_arguments, format_table, options_from_args, set_threads
 from lengen.models.config import ARCHITECTURES
 from lengen.training.config import TrainConfig
 from lengen.training.options import TRAIN_OPTIONS, check_given_options, config_from_options
@@ -76,10 +76,7 @@ def add_parser(sub) -> None:
 
 
 def config_from_args(args) -> TrainConfig:
-    given = {k: v for k, v in vars(args).items() if k in TRAIN_OPTIONS and v is not None}
-    for key in ("pe_options", "position_options"):
-        if key in given:
-            given[key] = parse_key_values(given[key], "--" + key.replace("_options", "-option"))
+    given = options_from_args(args, TRAIN_OPTIONS)
     cfg = config_from_options(given, preset=getattr(args, "preset", None))
     check_given_options(given, cfg.model.architecture)  # a flag given on the command line is a request
     return cfg
