@@ -295,13 +295,19 @@ LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHOR
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("length", [20, HF_L0, HF_L0 + 1, 80])
-def test_longrope_matches_transformers(length):
+@pytest.mark.parametrize("model_type,length", [("llama", 20), ("llama", HF_L0), ("llama", HF_L0 + 1), ("llama", 80),
+                                               ("phi3", 20), ("phi3", 80)])
+def test_longrope_matches_transformers(model_type, length):
+    # Phi-3 is the model family longrope was made for (fused qkv projection, its own rotary module)
     from lengen.hf import extend, restore
+    # Phi-3's config defaults: a 2,047-token sliding window, pad id 32,000, and its own
+    # original_max_position_embeddings field (4,096), which its longrope reads instead of rope_parameters'
+    extra = {"sliding_window": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+             "original_max_position_embeddings": HF_L0} if model_type == "phi3" else {}
     ids = torch.randint(0, 100, (2, length), generator=torch.Generator().manual_seed(1))
-    reference = hf_tiny(rope_parameters=LONGROPE)
+    reference = hf_tiny(model_type, rope_parameters=LONGROPE, **extra)
     want = reference(ids).logits
-    plain = hf_tiny()
+    plain = hf_tiny(model_type, **extra)
     before = plain(ids).logits
     # user-given factors on a plain-RoPE model of the same weights (factor = 128 / 32 as HF's default)
     extend(plain, "longrope", short_factor=SHORT, long_factor=LONG, factor=4, train_length=HF_L0)

@@ -277,9 +277,11 @@ def test_half_precision_identity_methods_are_the_fp32_original(spec, length, dty
     assert error <= half_tolerance(dtype, reference), (error, half_tolerance(dtype, reference))
 
 
-@pytest.mark.parametrize("model_type", ["mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("model_type", ["mistral", "phi3", "qwen2", "qwen3"])
 def test_other_llama_layout_models(model_type):
     extra = {"sliding_window": None} if model_type == "mistral" else {}
+    if model_type == "phi3":  # its defaults: a 2,047-token sliding window, pad id 32,000
+        extra = {"sliding_window": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     model, ids = tiny("sdpa", model_type, **extra), tokens()
     base = logits(model, ids)
     extend(model, "rerope:window=64")

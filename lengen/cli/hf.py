@@ -1,5 +1,5 @@
 """`lengen hf eval`: training-free context extension of a local Hugging Face model (Llama, Mistral,
-Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity, passkey
+Phi-3, Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity, passkey
 retrieval or RULER-style tasks, for plain RoPE and any lengen extrapolation method."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
     d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
-                       "(Llama, Mistral, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
+                       "(Llama, Mistral, Phi-3, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
                        "See `lengen hf eval --help`.")
     hf_sub = p.add_subparsers(dest="hf_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: p.print_help() or 2)

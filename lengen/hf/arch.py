@@ -23,7 +23,7 @@ from lengen.errors import LengenError
 
 # model types whose attention is the Llama layout (verified with tiny configs in the tests);
 # another type with the same layout can be added here at the caller's own risk
-SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3"}
+SUPPORTED_MODEL_TYPES = {"llama", "mistral", "phi3", "qwen2", "qwen3"}
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 
