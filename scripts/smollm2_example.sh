@@ -18,9 +18,9 @@ fi
 "$PY" -m lengen hf eval "$MODEL" --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \
   --protocol last-segment --segment 1024 --docs 1 --lengths 4k 8k 16k 32k \
   --methods rope yarn:factor=4 dynamic:factor=2 rerope:window=2048+logn self_extend:group=8,window=1024 \
-  --out "$OUT" "$@"
+  dca string --out "$OUT" "$@"
 # passkey retrieval: 3 prompts per length (the same prompts for every method)
 "$PY" -m lengen hf eval "$MODEL" --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \
   --protocol passkey --trials 3 --lengths 4k 8k 16k \
-  --methods rope yarn:factor=4 rerope:window=2048+logn self_extend:group=8,window=1024 \
+  --methods rope yarn:factor=4 rerope:window=2048+logn self_extend:group=8,window=1024 dca string \
   --out "$OUT_PASSKEY" "$@"
