@@ -79,6 +79,7 @@ def path_of(model, device) -> str:
 
 def main():
     import lengen.hf as lh
+    from lengen.extrapolation import split_methods
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", default="1024,2048")
@@ -95,7 +96,7 @@ def main():
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    specs = [s for s in (args.methods.split(";") if ";" in args.methods else _split_specs(args.methods)) if s]
+    specs = [s for s in args.methods.split(";") if s] if ";" in args.methods else split_methods(args.methods)
     model = build_model(args, device, dtype)
     lengths = [int(t) for t in args.lengths.split(",")]
     rows = []
@@ -125,17 +126,6 @@ def main():
     print(f"\nrandom Llama (SmolLM2-135M layout), {args.layers} layers, {args.dtype}, {args.attention}, "
           f"batch 1, {device} ({name}), torch {torch.__version__}, min of {args.repeats}")
     print(format_table(["T", "method", "path", "wall ms", "vs native", "CPU ms", "vs native", "peak MB"], rows))
-
-
-def _split_specs(text: str) -> list[str]:
-    """Split "a:x=1,y=2,b,c:z=3" into specs: a piece with '=' but no ':' continues the previous spec."""
-    specs: list[str] = []
-    for piece in text.split(","):
-        if specs and "=" in piece and ":" not in piece:
-            specs[-1] += "," + piece
-        else:
-            specs.append(piece)
-    return specs
 
 
 if __name__ == "__main__":

@@ -11,12 +11,11 @@ those of `train` up to float rounding; with dropout the masks are other draws of
 
 Models draw different lengths at the same step, so each step splits the models into a few
 buckets of similar length (plan_buckets: the least padded work, each bucket paying for its own
-launches) and pads every model's sequence to its bucket's longest: the
-CHE layout is [input, EMPTY output slots, padding], the padded keys get an additive -inf in
-attention (so no real token sees them, and the padding gets no gradient), the padded outputs are
-left out of the loss and the accuracy, and padded positions are 0 (any value an encoding accepts:
-a bias between real tokens depends on their own positions only). Log-n logit scaling counts each
-model's real keys.
+launches) and pads every model's sequence to its bucket's longest: the CHE layout is [input,
+EMPTY output slots, padding], the padded keys get an additive -inf in attention (so no real
+token sees them, and the padding gets no gradient), the padded outputs are left out of the loss
+and the accuracy, and padded positions are 0 (any value an encoding accepts: a bias between real
+tokens depends on their own positions only). Log-n logit scaling counts each model's real keys.
 
 Run directories are those of `train`: config.json, metrics.jsonl, checkpoint.pt (the model and
 a torch Adam state dict, so `lengen eval`, `load_trained` and even `lengen train` read and resume
@@ -29,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -356,8 +356,9 @@ def plan_buckets(totals: list[int], max_buckets: int, overhead: float = 0.0) -> 
     lengths per step. Ties go to fewer groups."""
     if not totals:
         return []
-    lengths = sorted(set(totals))
-    count = [sum(1 for t in totals if t == length) for length in lengths]
+    per_length = Counter(totals)
+    lengths = sorted(per_length)
+    count = [per_length[length] for length in lengths]
     D, K = len(lengths), max(1, min(max_buckets, len(lengths)))
     prefix = [0]
     for c in count:
@@ -398,14 +399,13 @@ def group_step(stack: _Stack, parts: list[RunParts], cfgs: list[TrainConfig], rn
     for members in plan:
         tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = _pad(
             [draws[i] for i in members], parts[0].model.empty_token, device)
-        idx = None if len(members) == N else torch.tensor(members, device=device)
+        rows = torch.tensor(members, device=device)
         with precision_context(cfgs[0].precision, device):
-            logits = stack(tokens, pos, key_bias, n_keys, out_idx, idx)  # [M, B, O, V]
+            logits = stack(tokens, pos, key_bias, n_keys, out_idx, None if len(members) == N else rows)  # [M, B, O, V]
         M, B, O, V = logits.shape
         ce = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), reduction="none").view(M, B, O)
         bucket_loss = (ce * weight).sum((1, 2))
         bucket_loss.sum().backward()  # gradients add up in the stack's parameters, bucket by bucket
-        rows = torch.tensor(members, device=device)
         loss.index_copy_(0, rows, bucket_loss.detach())
         correct.index_copy_(0, rows, ((logits.detach().argmax(-1) == targets) & mask).sum((1, 2)))
         count.index_copy_(0, rows, mask.sum((1, 2)))
