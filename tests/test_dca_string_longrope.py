@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from tiny_llama import decode_step, returned_cache
 
 from lengen.errors import LengenError
 from lengen.extrapolation import METHODS, RopeSpec, blockwise, build_method
@@ -330,10 +331,9 @@ def test_longrope_decoding_with_the_cache_equals_full_forwards():
     ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(2))
     # prefill past L0: the long table throughout (a cache crossing L0 holds higher layers' states
     # computed with the short table, which no cache can avoid)
-    cache = model(ids[:, :34], use_cache=True).past_key_values
+    cache = returned_cache(model(ids[:, :34], use_cache=True))
     for t in range(34, 40):
-        step = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-        cache = step.past_key_values
+        step, cache = decode_step(model, ids[:, t:t + 1], cache)
         torch.testing.assert_close(step.logits[:, -1], model(ids[:, :t + 1]).logits[:, -1],
                                    atol=2e-5, rtol=1e-4)
 
@@ -372,8 +372,7 @@ def test_hf_extend_remaps_like_the_lm_attention(spec):
     extend(model, spec)
     full = model(ids).logits
     assert not torch.allclose(full[:, -1], plain[:, -1], atol=1e-4)
-    cache = model(ids[:, :50], use_cache=True).past_key_values
+    cache = returned_cache(model(ids[:, :50], use_cache=True))
     for t in range(50, 70):
-        step = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-        cache = step.past_key_values
+        step, cache = decode_step(model, ids[:, t:t + 1], cache)
         torch.testing.assert_close(step.logits[:, -1], full[:, t], atol=2e-5, rtol=1e-4)

@@ -32,3 +32,26 @@ def save_tiny_llama(root):
     for i in range(3):
         (root / "corpus" / f"part{i}.txt").write_text(TEXT)
     return root
+
+
+def cache_keywords(model) -> list[str]:
+    """The keywords the installed transformers release's forward takes a KV cache by
+    (5.0-5.23: past_key_values; 5.24+: cache, with past_key_values deprecated until 5.40)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return [name for name in ("past_key_values", "cache") if name in params] or ["past_key_values"]
+
+
+def returned_cache(output):
+    """The KV cache a forward returned, whatever the release calls the output field."""
+    from transformers.cache_utils import Cache
+
+    return next(v for v in output.values() if isinstance(v, Cache))
+
+
+def decode_step(model, ids, cache):
+    """One forward of `ids` after the keys in `cache`, the cache passed by the keyword the
+    installed release names first in its signature: (output, the cache it returned)."""
+    out = model(ids, use_cache=True, **{cache_keywords(model)[-1]: cache})
+    return out, returned_cache(out)

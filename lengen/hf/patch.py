@@ -138,7 +138,7 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
         if getattr(rotary, "rope_type", "default") != "default":
             # a longrope config: transformers would copy its long/short table into inv_freq
             ext.saved_rope_type, rotary.rope_type = rotary.rope_type, "default"
-        ext.handles = ext.tracker.attach(parts.base)
+        ext.handles = ext.tracker.attach(parts.base, rotary)
         for module in parts.attentions:
             attn._OWNERS[module] = ext
     _EXTENSIONS[model] = ext
