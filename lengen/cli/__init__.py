@@ -11,7 +11,7 @@ import sys
 from lengen.errors import LengenError
 
 # module names under lengen.cli, in the order `lengen --help` lists them
-COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "hf"]
+COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "hf", "env"]
 
 EPILOG = """examples:
   lengen demo                                  # the README demo: rope vs randomized rope
@@ -19,6 +19,19 @@ EPILOG = """examples:
   lengen train --task reverse_string --pe rope --positions randomized --steps 2000 --out runs/rev
   lengen eval runs/rev --max-length 300 --positions uniform
 """
+
+
+class _Version(argparse.Action):
+    """--version, computed only when asked (it looks at torch and the installed libraries)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from lengen.environment import one_line
+
+        print(one_line())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_Version, help="print lengen, torch (CUDA build, GPUs), "
+                        "transformers and Python versions, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"lengen.cli.{name}").add_parser(sub)

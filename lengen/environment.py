@@ -1,0 +1,86 @@
+"""What a result was computed with: lengen (and its git commit), Python, torch and its CUDA build,
+the devices torch sees, its thread count, and the versions of the libraries lengen uses.
+
+`lengen env` prints it and bug reports ask for it (README). Versions are read from the installed
+distributions' metadata, so nothing optional (transformers, Ray) is imported to report it.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+import lengen
+
+# distributions reported beside torch: lengen's dependencies and optional extras
+LIBRARIES = ("transformers", "tokenizers", "huggingface-hub", "numpy", "pandas", "matplotlib",
+             "tqdm", "pyyaml", "ray", "triton")
+
+
+def version_of(distribution: str) -> str | None:
+    """The installed version of a distribution, or None when it is not installed."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """The commit of the lengen checkout in use (with "+changes" when its files differ from it),
+    or None when lengen was not imported from a git checkout."""
+    root = Path(lengen.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no",
+                                "--", "lengen"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def cuda_devices() -> list[str]:
+    """The GPUs torch sees, as "cuda:N NAME (capability X.Y, M GiB)"."""
+    if not torch.cuda.is_available():
+        return []
+    found = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        found.append(f"cuda:{i} {p.name} (capability {p.major}.{p.minor}, "
+                     f"{p.total_memory / 2**30:.0f} GiB)")
+    return found
+
+
+def describe() -> dict:
+    """Everything above as a flat dict of strings (None: not installed / not available)."""
+    info = {
+        "lengen": lengen.__version__,
+        "lengen_commit": git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
+        "cuda_devices": "; ".join(cuda_devices()) or None,
+        "torch_threads": str(torch.get_num_threads()),
+        "openmp_wait_policy": lengen.OPENMP_WAIT,
+    }
+    info.update({name: version_of(name) for name in LIBRARIES})
+    return info
+
+
+def one_line() -> str:
+    """`lengen --version`: lengen, torch with its CUDA build, transformers, Python."""
+    info = describe()
+    commit = f" (commit {info['lengen_commit']})" if info["lengen_commit"] else ""
+    return (f"lengen {info['lengen']}{commit}, torch {info['torch']} "
+            f"(CUDA {info['torch_cuda_build'] or 'none'}; GPUs: {info['cuda_devices'] or 'none'}), "
+            f"transformers {info['transformers'] or 'not installed'}, Python {info['python']}")

@@ -1,0 +1,65 @@
+"""`lengen env` and `lengen --version` report what is installed, checked against the libraries'
+own version attributes and git."""
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+
+import lengen
+from lengen.cli import main
+from lengen.environment import version_of
+
+ROOT = Path(lengen.__file__).resolve().parent.parent
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as e:   # argparse's --version action exits
+        code = e.code
+    return code, capsys.readouterr().out
+
+
+def test_env_json_matches_the_libraries_own_versions(capsys, no_gpu):
+    code, out = run_cli(capsys, "env", "--json")
+    info = json.loads(out)
+    assert code == 0
+    assert info["lengen"] == lengen.__version__
+    assert info["torch"] == torch.__version__
+    assert info["numpy"] == numpy.__version__
+    assert info["python"] == platform.python_version()
+    assert info["torch_threads"] == str(torch.get_num_threads())
+    assert info["cuda_devices"] is None          # no_gpu: torch sees none
+    transformers = pytest.importorskip("transformers")
+    assert info["transformers"] == transformers.__version__
+
+
+def test_env_table_has_one_line_per_field(capsys, no_gpu):
+    code, out = run_cli(capsys, "env")
+    lines = dict(line.split(None, 1) for line in out.strip().splitlines())
+    assert code == 0 and lines["torch"] == torch.__version__ and lines["cuda_devices"] == "-"
+
+
+def test_version_is_one_line_with_torch_cuda_and_transformers(capsys, no_gpu):
+    code, out = run_cli(capsys, "--version")
+    assert code == 0 and len(out.strip().splitlines()) == 1
+    assert out.startswith(f"lengen {lengen.__version__}")
+    assert f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}; GPUs: none)" in out
+    assert f"transformers {version_of('transformers') or 'not installed'}" in out
+
+
+def test_a_missing_distribution_has_no_version():
+    assert version_of("lengen-no-such-distribution") is None
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="lengen is not a git checkout here")
+def test_the_commit_is_the_checkout_head(capsys):
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    info = json.loads(run_cli(capsys, "env", "--json")[1])
+    assert head.startswith(info["lengen_commit"].removesuffix("+changes"))
