@@ -1,5 +1,8 @@
 """Shared test settings."""
 
+import functools
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -18,3 +21,17 @@ def one_thread():
 def no_gpu(monkeypatch):
     """torch sees no GPU, on any machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@functools.cache
+def _mentions_transformers(path) -> bool:
+    return "transformers" in Path(path).read_text(encoding="utf-8")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test in a module that mentions transformers is marked `hf`: scripts/hf_compat.py runs
+    `pytest -m hf` against other transformers releases, and a new Hugging Face test is in it
+    without anyone remembering to mark it."""
+    for item in items:
+        if _mentions_transformers(item.path):
+            item.add_marker(pytest.mark.hf)
