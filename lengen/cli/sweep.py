@@ -137,8 +137,13 @@ def status(args) -> int:
     c = st["counts"]
     print(f"sweep {st['name']}: {st['total']} runs: {c['done']} done, {c['running']} running, "
           f"{c['failed']} failed, {c['pending']} pending ({st['resumable']} with a checkpoint to resume)")
+    if st["runner"]:
+        print(f"  runner: {st['runner']}")
+    elif c["pending"] or c["failed"]:
+        print("  no runner: rerun `lengen sweep run` with the same file to finish it")
     for r in st["running"]:
-        print(f"  running {r['run_id']}: step {r['step']}/{r['steps']}")
+        at = f"step {r['step']}/{r['steps']}" if r["step"] is not None else "starting"
+        print(f"  running {r['run_id']}: {at}")
     for f in st["failed"]:
         print(f"  failed {f['run_id']} ({_point(f['point'])}): {f['error']}\n    log: {f['log']}")
     return 0

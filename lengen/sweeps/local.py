@@ -4,16 +4,45 @@ leaves most of a GPU idle)."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 _device: str | None = None
+_PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
-def _init_worker(threads: int, devices: list[str], counter) -> None:
-    """Runs once in each worker: its thread count and its device (round-robin over `devices`)."""
+def die_with_parent(parent: int) -> None:
+    """End this worker when the sweep's main process dies, however it dies (an out-of-memory
+    killer sends SIGKILL, which runs no cleanup): otherwise workers train on with no parent,
+    holding their runs' locks. Linux: the kernel's parent-death signal; elsewhere a thread that
+    watches the parent id."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent:   # the parent died before the signal was armed
+                os._exit(1)
+            return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lengen-parent-watch", daemon=True).start()
+
+
+def _init_worker(threads: int, devices: list[str], counter, parent: int) -> None:
+    """Runs once in each worker: dies with `parent`, its thread count and its device
+    (round-robin over `devices`)."""
     global _device
+    die_with_parent(parent)
     import torch
 
     torch.set_num_threads(threads)
@@ -57,7 +86,7 @@ def run_local(jobs, sweep_path: str, workers: int, threads: int, devices: list[s
     while todo:
         counter = ctx.Value("i", 0)
         pool = ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=ctx,
-                                   initializer=_init_worker, initargs=(threads, devices, counter))
+                                   initializer=_init_worker, initargs=(threads, devices, counter, os.getpid()))
         futures = {pool.submit(_execute, sweep_path, job): job for job in todo}
         broken = False
         try:

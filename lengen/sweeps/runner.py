@@ -83,6 +83,16 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
 
         connect(opts.ray_address)  # Ray missing or unreachable: one line, nothing written
         devices, workers, threads = [opts.device], None, opts.threads or 1
+    claim = sweep.claim_runner()   # a second runner on this folder stops here, told who runs it
+    try:
+        return _run_claimed(spec, runs, sweep, opts, devices, workers, threads)
+    finally:
+        claim.release()
+
+
+def _run_claimed(spec: SweepSpec, runs, sweep: SweepDir, opts: SweepOptions, devices, workers,
+                 threads) -> dict:
+    sweep.check_writable()   # again, now that no other runner can change the folder
     sweep.write_index(spec, runs)
     states = {r.run_id: sweep.state(r.run_id) for r in runs}
     busy = [rid for rid, s in states.items() if s == "running"]

@@ -8,7 +8,8 @@ from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 def sweep_status(path) -> dict:
     """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
-    "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint}."""
+    "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint,
+    "runner": who runs the sweep now ("pid N on HOST since T") or None}."""
     from lengen.sweeps.spec import parse_spec
 
     index = SweepDir(path).read_index()
@@ -33,4 +34,4 @@ def sweep_status(path) -> dict:
         elif state == "pending" and (sweep.run_path(rid) / "checkpoint.pt").exists():
             resumable += 1
     return {"name": index["name"], "total": len(index["runs"]), "counts": counts, "failed": failed,
-            "running": running, "resumable": resumable}
+            "running": running, "resumable": resumable, "runner": sweep.runner()}

@@ -1,6 +1,8 @@
 """A sweep directory: the sweep file and its run list, one run directory per run under runs/, and
 the results tables rebuilt from those run directories (the single source of truth).
 
+    DIR/runner.lock             held (flock) by the one `lengen sweep run` working on the folder;
+                                it names that process (pid, host, start time)
     DIR/sweep.yaml              the sweep file as given
     DIR/sweep.json              name, options and the runs (id and grid point), in grid order
     DIR/runs/<id>/              a `lengen train` (`lengen lm train`) run directory
@@ -18,9 +20,11 @@ its failure file exists, pending otherwise (possibly with a checkpoint to resume
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import json
 import os
+import socket
 from pathlib import Path
 
 from lengen import io
@@ -32,6 +36,7 @@ STATES = ("done", "running", "failed", "pending")
 class SweepDir:
     SPEC = "sweep.yaml"
     INDEX = "sweep.json"
+    RUNNER = "runner.lock"
 
     def __init__(self, path: str | Path, done_file: str = "eval.json"):
         self.path = Path(path)
@@ -55,8 +60,33 @@ class SweepDir:
         """Refuse a folder that holds something other than a sweep, before any work."""
         if self.path.exists() and not self.path.is_dir():
             raise LengenError(f"{self.path} exists and is not a directory")
-        if self.path.is_dir() and not self.exists and any(self.path.iterdir()):
+        # a runner that has just claimed a new folder has written only its lock so far
+        if self.path.is_dir() and not self.exists and any(p.name != self.RUNNER for p in self.path.iterdir()):
             raise LengenError(f"{self.path} is not empty and holds no lengen sweep; use another --out")
+
+    def claim_runner(self) -> "RunLock":
+        """The folder's runner lock, held until released (or the process dies): one `lengen sweep
+        run` per folder. Taken before anything else is written; LengenError naming the holder when
+        another process has it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(self.path / self.RUNNER)
+        if not lock.acquire():
+            raise LengenError(f"{self.path} is being run by another `lengen sweep run` "
+                              f"({self.runner() or 'starting'}); wait for it to finish or stop it, "
+                              f"then rerun to resume")
+        since = datetime.datetime.now().isoformat(timespec="seconds")
+        lock.describe(f"pid {os.getpid()} on {socket.gethostname()} since {since}")
+        return lock
+
+    def runner(self) -> str | None:
+        """Who runs the sweep now ("pid N on HOST since T"), or None when no process does."""
+        lock_file = self.path / self.RUNNER
+        if not is_locked(lock_file):
+            return None
+        try:
+            return lock_file.read_text().strip() or None
+        except OSError:
+            return None
 
     def write_index(self, spec, runs) -> None:
         io.write_text(self.path / self.SPEC, spec.source or json.dumps(spec.to_dict(), indent=2))
@@ -128,6 +158,11 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
             return False
+
+    def describe(self, text: str) -> None:
+        """Write who holds the lock into the lock file (read by the process that is refused)."""
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, (text + "\n").encode(), 0)
 
     def release(self) -> None:
         if self.fd is not None:

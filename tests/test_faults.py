@@ -1,0 +1,157 @@
+"""Faults a lab meets while a sweep runs: the sweep's main process killed alone (as an
+out-of-memory killer does), two runners started on one folder, a stale or deleted runner lock, a
+truncated results table. Each ends in one line or a clean resume, nothing lost, every run trained
+exactly once. Real processes and signals, tiny models."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lengen.sweeps.sweep_dir import SweepDir
+
+CLI = [sys.executable, "-c", "import sys; from lengen.cli import main; sys.exit(main())"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+TINY = {"task": "parity_check", "batch_size": 8, "train_length": 3, "max_length": 5, "eval_samples": 8,
+        "layers": 1, "heads": 2, "d_ff": 16, "log_every": 10}
+
+
+def spec_file(tmp_path: Path, steps: int, d_model: int = 8) -> Path:
+    path = tmp_path / f"s{steps}.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "grid": {"pe": ["rope", "alibi"], "seed": [0, 1]},
+                                    "fixed": {**TINY, "steps": steps, "d_model": d_model,
+                                              "checkpoint_every": 20}}))
+    return path
+
+
+def sweep_cmd(spec: Path, out: Path, *extra) -> list:
+    return CLI + ["sweep", "run", str(spec), "--out", str(out), "--device", "cpu", "--no-progress", *extra]
+
+
+def trained_once(out: Path, runs: int = 4) -> None:
+    logs = sorted((out / "logs").glob("*.log"))
+    assert len(logs) == runs
+    for log in logs:
+        assert log.read_text().count("finished:") == 1, log.read_text()
+    assert len((out / "results.csv").read_text().strip().splitlines()) == runs + 1
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid` and that are multiprocessing workers."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"   # a zombie has finished; nobody may have reaped it in a container
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_main_process_alone_ends_its_workers_and_a_rerun_resumes(tmp_path):
+    spec, out = spec_file(tmp_path, steps=600, d_model=16), tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(spec, out, "--workers", "2"), env=ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(out.glob("state/*.progress.json")):
+            time.sleep(0.05)
+        workers = children(proc.pid)
+        assert workers, "the sweep started no worker processes"
+        os.kill(proc.pid, signal.SIGKILL)   # the main process only, as an OOM killer would
+        proc.wait()
+        deadline = time.time() + 15
+        while time.time() < deadline and any(alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not any(alive(w) for w in workers), "workers train on without their parent"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if alive(proc.pid) else None
+        for w in children(proc.pid):
+            os.kill(w, signal.SIGKILL)
+    status = subprocess.run(CLI + ["sweep", "status", str(out)], env=ENV, capture_output=True, text=True)
+    assert " 0 running" in status.stdout and "no runner:" in status.stdout, status.stdout
+    subprocess.run(sweep_cmd(spec, out, "--workers", "2"), env=ENV, check=True, capture_output=True,
+                   timeout=600)
+    trained_once(out)
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.5, 1.0, 3.0])
+def test_two_runners_on_one_folder_one_runs_the_other_is_told_who(tmp_path, offset):
+    spec, out = spec_file(tmp_path, steps=800, d_model=16), tmp_path / "out"
+    first = subprocess.Popen(sweep_cmd(spec, out, "--workers", "1"), env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(offset)
+    second = subprocess.Popen(sweep_cmd(spec, out, "--workers", "1"), env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    results = {p: p.communicate(timeout=600) for p in (first, second)}
+    codes = sorted(p.returncode for p in results)
+    assert codes == [0, 2], {p.returncode: r for p, r in results.items()}
+    winner = next(p for p in results if p.returncode == 0)
+    loser = next(p for p in results if p.returncode == 2)
+    err = results[loser][1].strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lengen: error:"), err
+    assert f"pid {winner.pid} on " in err[0] and "is being run by another" in err[0]
+    assert results[loser][0] == ""   # the refused runner printed no summary
+    trained_once(out)
+
+
+def test_a_stale_runner_lock_is_taken_over(tmp_path):
+    spec, out = spec_file(tmp_path, steps=20), tmp_path / "out"
+    out.mkdir()
+    (out / SweepDir.RUNNER).write_text("pid 999999 on elsewhere since 2026-01-01T00:00:00\n")
+    assert SweepDir(out).runner() is None   # nobody holds it: the process is gone
+    done = subprocess.run(sweep_cmd(spec, out, "--workers", "1"), env=ENV, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    trained_once(out)
+    assert SweepDir(out).runner() is None and "999999" not in (out / SweepDir.RUNNER).read_text()
+
+
+def test_a_deleted_runner_lock_still_trains_every_run_once(tmp_path):
+    """Someone deletes runner.lock under a running sweep: a second runner then gets in, but the
+    per-run locks and done files still keep every run to one training."""
+    spec, out = spec_file(tmp_path, steps=800, d_model=16), tmp_path / "out"
+    first = subprocess.Popen(sweep_cmd(spec, out, "--workers", "1"), env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(out.glob("state/*.progress.json")):
+        time.sleep(0.05)
+    (out / SweepDir.RUNNER).unlink()
+    second = subprocess.run(sweep_cmd(spec, out, "--workers", "1"), env=ENV, capture_output=True, text=True,
+                            timeout=600)
+    first.communicate(timeout=600)
+    assert first.returncode == 0
+    # the second either finds every run done or locked (one line, exit 2) or trains what is left
+    assert second.returncode == 0 or (second.returncode == 2 and len(second.stderr.splitlines()) == 1
+                                      and second.stderr.startswith("lengen: error:")), second.stderr
+    trained_once(out)
+
+
+def test_a_truncated_results_table_is_rebuilt_by_a_rerun(tmp_path):
+    spec, out = spec_file(tmp_path, steps=20), tmp_path / "out"
+    subprocess.run(sweep_cmd(spec, out, "--workers", "1"), env=ENV, check=True, capture_output=True,
+                   timeout=600)
+    whole = (out / "results.csv").read_bytes()
+    (out / "results.csv").write_bytes(whole[: len(whole) // 2])
+    again = subprocess.run(sweep_cmd(spec, out, "--workers", "1"), env=ENV, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0 and "4 done, 0 to run" in again.stdout
+    rows = lambda text: sorted(line.split(",")[0] for line in text.splitlines()[1:])  # noqa: E731
+    assert rows((out / "results.csv").read_text()) == rows(whole.decode())
+    trained_once(out)
