@@ -54,7 +54,7 @@ def test_expansion_gives_lm_configs_and_the_ids_ignore_the_eval_section(tmp_path
 
 BAD = {
     "unknown eval option": ({"eval": {**EVAL, "lenghts": [16]}}, "eval.lenghts: unknown `lengen lm eval` option"),
-    "option the protocol ignores": ({"eval": {**EVAL, "trials": 5}}, "--trials applies to --protocol passkey"),
+    "option the protocol ignores": ({"eval": {**EVAL, "trials": 5}}, "eval: trials applies to protocol passkey"),
     "bad method": ({"eval": {**EVAL, "methods": ["yarn:factr=4"]}}, "factr"),
     "unknown lm option": ({"grid": {"pe": ["rope"], "task": ["reverse_string"]}},
                           "unknown `lengen lm train` option 'task'"),

@@ -135,6 +135,14 @@ BAD_FILES = {
     "all excluded": ({"grid": {"seed": [0, 1]}, "exclude": [{"seed": [0, 1]}]}, "every grid point is excluded"),
     "device in the file": ({"grid": {"seed": [0]}, "fixed": {"device": "cuda"}}, "give --device to"),
     "not a mapping": ([1, 2], "the top level must be a mapping"),
+    "exclude matching nothing": ({"grid": {"pe": ["rope", "alibi"]}, "exclude": [{"pe": "ropee"}]},
+                                 "exclude[0].pe: 'ropee' is not one of grid.pe's values (rope, alibi)"),
+    "duplicate grid value": ({"grid": {"seed": [0, 1, 0]}}, "grid.seed[2]: 0 is listed twice"),
+    "nan in the grid": ({"grid": {"lr": [float("nan"), 1e-3]}}, "grid.lr[0]: nan is not a finite number"),
+    "nan as text": ({"grid": {"lr": ["nan"]}}, "grid.lr[0]: 'nan' is not a finite number"),
+    "inf fixed": ({"grid": {"seed": [0]}, "fixed": {"grad_clip": float("inf")}},
+                  "fixed.grad_clip: inf is not a finite number"),
+    "zero steps": ({"grid": {"seed": [0]}, "fixed": {"steps": 0}}, "fixed.steps: 0 steps trains nothing"),
 }
 
 
@@ -169,6 +177,21 @@ def test_every_problem_is_reported_at_once(tmp_path, capsys):
     assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "unknown `lengen train` option 'sed'" in err and "steps must be an integer" in err
+
+
+def test_problems_of_names_types_and_values_come_in_one_round(tmp_path, capsys):
+    """A key error, a type error, a duplicate and a value only a built config refuses (an unknown
+    sampler): one message with all four, not one round per kind of problem."""
+    spec = write_spec(tmp_path / "s.yaml", {"layres": [1], "lr": ["fast"], "seed": [0, 0],
+                                            "positions": ["standard", "randomised"]})
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("lengen: error:") and len(err) == 4, err
+    text = "\n".join(err)
+    assert "grid.layres: unknown" in text and "grid.lr[0]:" in text and "grid.seed[1]: 0 is listed twice" in text
+    assert "grid point {lr: " not in text   # the bad lr is not tried as a value
+    assert "positions: randomised}" in text and "unknown position sampler 'randomised'" in text
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_folder_that_is_not_a_sweep_is_refused(tmp_path, capsys):

@@ -26,6 +26,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,12 +100,30 @@ def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | N
     return name
 
 
+_INVALID = object()   # a value that failed its check: left out of the grid the values are tried on
+
+
+def finite(value) -> bool:
+    """False when a number in `value` (or in its lists and mappings) is NaN or infinite."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    return True
+
+
 def _coerce(kind: SweepKind, name: str, value, where: str, errors: list[str]):
     try:
-        return kind.coerce(name, value)
+        coerced = kind.coerce(name, value) if finite(value) else value
     except LengenError as e:
         errors.append(f"{where}: {e}")
-        return value
+        return _INVALID
+    if not finite(coerced):
+        errors.append(f"{where}: {value!r} is not a finite number")
+        return _INVALID
+    return coerced
 
 
 def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
@@ -138,7 +157,13 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         if not isinstance(values, list) or not values:
             errors.append(f"grid.{key}: must be a non-empty list (a single value goes under `fixed`)")
             continue
-        grid[name] = [_coerce(kind, name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
+        coerced = [_coerce(kind, name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
+        for i, v in enumerate(coerced):
+            if v is not _INVALID and v in coerced[:i]:
+                errors.append(f"grid.{key}[{i}]: {values[i]!r} is listed twice (the same run twice)")
+        grid[name] = [v for i, v in enumerate(coerced) if v is not _INVALID and v not in coerced[:i]]
+        if not grid[name]:
+            del grid[name]
     fixed: dict = {}
     for key, value in fixed_in.items():
         name = _option_name(kind, key, f"fixed.{key}", errors)
@@ -150,7 +175,14 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         if isinstance(value, list):
             errors.append(f"fixed.{key}: a list belongs under `grid` (fixed values are single)")
             continue
-        fixed[name] = _coerce(kind, name, value, f"fixed.{key}", errors)
+        value = _coerce(kind, name, value, f"fixed.{key}", errors)
+        if value is not _INVALID:
+            fixed[name] = value
+    # `lengen train --steps 0` evaluates an untrained model; in a sweep it is a forgotten value
+    for where_, value in [*((f"grid.steps[{i}]", v) for i, v in enumerate(grid.get("steps", []))),
+                          *([("fixed.steps", fixed["steps"])] if "steps" in fixed else [])]:
+        if isinstance(value, int) and value < 1:
+            errors.append(f"{where_}: {value} steps trains nothing; a sweep's runs need steps >= 1")
     exclude = []
     rules = data.get("exclude") or []
     if not isinstance(rules, list):
@@ -169,16 +201,26 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
                 continue
             values = value if isinstance(value, list) else [value]
             parsed[name] = [_coerce(kind, name, v, f"exclude[{i}].{key}", errors) for v in values]
+            for raw, v in zip(values, parsed[name]):
+                if v is not _INVALID and v not in grid[name]:
+                    errors.append(f"exclude[{i}].{key}: {raw!r} is not one of grid.{key}'s values "
+                                  f"({', '.join(map(str, grid[name]))}), so it excludes nothing")
         exclude.append(parsed)
     if not grid and not errors:
         errors.append(f"{where}: `grid` is empty; list at least one option's values "
                       f"(for a single run use `{kind.command}`)")
-    if errors:
-        raise SweepSpecError("\n".join(errors))
     name = data.get("name") or "sweep"
-    return SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
+    spec = SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
                      description=str(data.get("description") or ""), source=source, command=command,
                      evaluation=evaluation)
+    if errors:
+        if grid and command in KINDS:   # every problem in one round: what could be read is built too
+            try:
+                expand(spec)
+            except SweepSpecError as e:
+                errors.extend(line for line in str(e).splitlines() if "every grid point is excluded" not in line)
+        raise SweepSpecError("\n".join(errors))
+    return spec
 
 
 def load_spec(source: str | Path) -> SweepSpec:

@@ -101,8 +101,11 @@ class LMKind(SweepKind):
                 raise LengenError(f"lengths must be >= 1, got {settings['lengths']}")
             if "max_new_tokens" in settings and settings["max_new_tokens"] < 1:
                 raise LengenError(f"max_new_tokens must be >= 1, got {settings['max_new_tokens']}")
+            # the rest of lengen lm eval's checks, once for the file rather than once per run
+            # (what depends on a run's training length is only a default)
+            self.eval_config(settings, min(settings.get("lengths") or [1]))
         except LengenError as e:
-            errors.append(f"eval: {e}")
+            errors.append(f"eval: {str(e).replace('--', '')}")   # the file's names, not flags
         return settings
 
     def eval_config(self, evaluation: dict | None, train_length: int, device: str = "cpu"):
