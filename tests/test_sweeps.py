@@ -386,3 +386,38 @@ def test_a_preset_name_is_the_preset_even_beside_a_folder_of_that_name(tmp_path,
     (tmp_path / "mine").mkdir()
     with pytest.raises(LengenError, match="mine is a directory; give a sweep file"):
         load_spec("mine")
+
+
+def test_an_edited_sweep_file_keeps_the_old_one_and_names_the_runs_it_leaves_out(tmp_path, capsys):
+    out = tmp_path / "o"
+    first = write_spec(tmp_path / "a.yaml", {"seed": [0, 1]})
+    run = ["sweep", "run", None, "--out", str(out), "--no-progress", "--workers", "1", "--device", "cpu"]
+    assert main([*run[:2], str(first), *run[3:]]) == 0
+    old_ids = sorted(p.name for p in (out / "runs").iterdir())
+    capsys.readouterr()
+    edited = write_spec(tmp_path / "b.yaml", {"seed": [0, 1]}, {"steps": 25})
+    assert main([*run[:2], str(edited), *run[3:]]) == 0
+    said = capsys.readouterr().out
+    kept = list((out / "history").iterdir())
+    assert len(kept) == 1 and f"the previous one is kept in {kept[0]}" in said
+    assert (kept[0] / "sweep.yaml").read_text() == first.read_text()
+    assert json.loads((kept[0] / "sweep.json").read_text())["spec"]["fixed"]["steps"] == 20
+    assert f"2 runs in {out / 'runs'} (2 finished) are not in this grid" in said
+    assert main(["sweep", "status", str(out)]) == 0
+    status = capsys.readouterr().out
+    assert "2 runs outside the grid (2 finished" in status and all(rid in status for rid in old_ids)
+    assert len(read_csv(out / "results.csv")) == 2   # only the grid's runs
+
+    assert main([*run[:2], str(edited), *run[3:]]) == 0   # the same file again: nothing to keep
+    assert len(list((out / "history").iterdir())) == 1 and "kept in" not in capsys.readouterr().out
+
+    assert main(["sweep", "prune", str(out)]) == 0   # without --yes: a list, nothing deleted
+    listed = capsys.readouterr().out
+    assert all(rid in listed for rid in old_ids)
+    assert all((out / "runs" / rid).exists() for rid in old_ids)
+    assert main(["sweep", "prune", str(out), "--yes"]) == 0
+    assert "deleted 2 runs outside the grid" in capsys.readouterr().out
+    assert not any((out / "runs" / rid).exists() or (out / "logs" / f"{rid}.log").exists() for rid in old_ids)
+    assert len(list((out / "runs").iterdir())) == 2
+    assert main(["sweep", "status", str(out)]) == 0
+    assert "outside the grid" not in capsys.readouterr().out

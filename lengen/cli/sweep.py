@@ -81,6 +81,14 @@ def add_parser(sub) -> None:
     st.add_argument("dir", metavar="DIR", help="a folder written by `lengen sweep run`")
     st.set_defaults(func=status)
 
+    pn = s.add_parser("prune", help="delete run directories that are not in the sweep's grid",
+                      description="Delete the runs of a sweep folder that its current sweep file no "
+                      "longer has (runs of an earlier version of the file; `sweep status` lists them). "
+                      "Without --yes, only lists them.")
+    pn.add_argument("dir", metavar="DIR", help="a folder written by `lengen sweep run`")
+    pn.add_argument("--yes", action="store_true", help="delete them (run directories, state and logs)")
+    pn.set_defaults(func=prune)
+
     pr = s.add_parser("presets", help="the sweeps shipped with lengen",
                       description="The sweep presets shipped with lengen: name, runs, description.")
     pr.add_argument("--show", metavar="NAME", help="print one preset's YAML (copy it to make your own)")
@@ -146,6 +154,37 @@ def status(args) -> int:
         print(f"  running {r['run_id']}: {at}")
     for f in st["failed"]:
         print(f"  failed {f['run_id']} ({_point(f['point'])}): {f['error']}\n    log: {f['log']}")
+    if st["outside"]:
+        done = sum(r["done"] for r in st["outside"])
+        print(f"  {len(st['outside'])} runs outside the grid ({done} finished; from an earlier sweep file, "
+              f"kept in history/; not in the results): {' '.join(r['run_id'] for r in st['outside'])}")
+        print(f"  `lengen sweep prune {args.dir} --yes` removes them")
+    return 0
+
+
+def prune(args) -> int:
+    from lengen.sweeps.sweep_dir import SweepDir
+
+    sweep = SweepDir(args.dir)
+    index = sweep.read_index()
+    outside = sweep.outside(r["run_id"] for r in index["runs"])
+    if not outside:
+        print(f"sweep {index['name']}: every run directory is in the grid; nothing to prune")
+        return 0
+    if not args.yes:
+        print(f"sweep {index['name']}: {len(outside)} runs outside the grid would be deleted "
+              f"({sum(map(sweep.is_done, outside))} finished):")
+        for rid in outside:
+            print(f"  {rid}")
+        print("rerun with --yes to delete them (their run directories, state and logs)")
+        return 0
+    claim = sweep.claim_runner()   # never under a running sweep
+    try:
+        for rid in outside:
+            sweep.remove_run(rid)
+    finally:
+        claim.release()
+    print(f"sweep {index['name']}: deleted {len(outside)} runs outside the grid")
     return 0
 
 

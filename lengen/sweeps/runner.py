@@ -93,7 +93,8 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
 def _run_claimed(spec: SweepSpec, runs, sweep: SweepDir, opts: SweepOptions, devices, workers,
                  threads) -> dict:
     sweep.check_writable()   # again, now that no other runner can change the folder
-    sweep.write_index(spec, runs)
+    kept = sweep.write_index(spec, runs)
+    outside = sweep.outside(r.run_id for r in runs)
     states = {r.run_id: sweep.state(r.run_id) for r in runs}
     busy = [rid for rid, s in states.items() if s == "running"]
     if busy:
@@ -108,6 +109,12 @@ def _run_claimed(spec: SweepSpec, runs, sweep: SweepDir, opts: SweepOptions, dev
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
     grouped = f", in {len(jobs)} groups of up to {size}" if len(jobs) < len(todo) else ""
     print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(todo)} to run{grouped} ({where})")
+    if kept is not None:
+        print(f"the sweep file changed: the previous one is kept in {kept}")
+    if outside:
+        finished = sum(sweep.is_done(rid) for rid in outside)
+        print(f"{len(outside)} runs in {sweep.path / 'runs'} ({finished} finished) are not in this grid and "
+              f"not in its results; `lengen sweep status` lists them, `lengen sweep prune` removes them")
     bar = progress_bar(len(runs), f"sweep {spec.name}", disable=not opts.progress, initial=counts["done"],
                        unit="run")
     active = {r.run_id for r in todo}

@@ -9,7 +9,8 @@ from lengen.sweeps.sweep_dir import STATES, SweepDir
 def sweep_status(path) -> dict:
     """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
     "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint,
-    "runner": who runs the sweep now ("pid N on HOST since T") or None}."""
+    "runner": who runs the sweep now ("pid N on HOST since T") or None,
+    "outside": [{run_id, done}] run directories not in the grid (an earlier sweep file's)}."""
     from lengen.sweeps.spec import parse_spec
 
     index = SweepDir(path).read_index()
@@ -34,4 +35,6 @@ def sweep_status(path) -> dict:
         elif state == "pending" and (sweep.run_path(rid) / "checkpoint.pt").exists():
             resumable += 1
     return {"name": index["name"], "total": len(index["runs"]), "counts": counts, "failed": failed,
-            "running": running, "resumable": resumable, "runner": sweep.runner()}
+            "running": running, "resumable": resumable, "runner": sweep.runner(),
+            "outside": [{"run_id": rid, "done": sweep.is_done(rid)}
+                        for rid in sweep.outside(r["run_id"] for r in index["runs"])]}

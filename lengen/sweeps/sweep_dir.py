@@ -5,6 +5,7 @@ the results tables rebuilt from those run directories (the single source of trut
                                 it names that process (pid, host, start time)
     DIR/sweep.yaml              the sweep file as given
     DIR/sweep.json              name, options and the runs (id and grid point), in grid order
+    DIR/history/<time>/         an earlier sweep.yaml and sweep.json, kept when the file changed
     DIR/runs/<id>/              a `lengen train` (`lengen lm train`) run directory
     DIR/state/<id>.lock         held (flock) by the process running the run; released when it dies
     DIR/state/<id>.progress.json  the run's latest metrics row while it trains
@@ -24,6 +25,7 @@ import datetime
 import fcntl
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -88,11 +90,49 @@ class SweepDir:
         except OSError:
             return None
 
-    def write_index(self, spec, runs) -> None:
-        io.write_text(self.path / self.SPEC, spec.source or json.dumps(spec.to_dict(), indent=2))
-        io.write_json(self.path / self.INDEX, {
-            "name": spec.name, "description": spec.description, "spec": spec.to_dict(),
-            "runs": [{"run_id": r.run_id, "point": r.point} for r in runs]})
+    def write_index(self, spec, runs) -> Path | None:
+        """Write the sweep file and its run list. An index that differs from the one already
+        there (an edited sweep file) is kept first under history/; returns where, or None. An
+        unchanged index is not rewritten."""
+        text = spec.source or json.dumps(spec.to_dict(), indent=2)
+        index = {"name": spec.name, "description": spec.description, "spec": spec.to_dict(),
+                 "runs": [{"run_id": r.run_id, "point": r.point} for r in runs]}
+        kept = None
+        if self.exists:
+            old = self._text(self.INDEX) or ""   # kept as it is, even damaged
+            try:
+                same = json.loads(old) == json.loads(json.dumps(index))
+            except ValueError:
+                same = False
+            if same and self._text(self.SPEC) == text:
+                return None
+            kept = self.path / "history" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            io.write_text(kept / self.SPEC, self._text(self.SPEC) or "")
+            io.write_text(kept / self.INDEX, old)
+        io.write_text(self.path / self.SPEC, text)
+        io.write_json(self.path / self.INDEX, index)
+        return kept
+
+    def _text(self, name: str) -> str | None:
+        try:
+            return (self.path / name).read_text()
+        except OSError:
+            return None
+
+    def outside(self, run_ids) -> list[str]:
+        """Run directories under runs/ that are not among `run_ids` (the grid in force): runs of
+        an earlier version of the sweep file."""
+        known = set(run_ids)
+        found = self.path / "runs"
+        return sorted(p.name for p in found.iterdir() if p.is_dir() and p.name not in known) \
+            if found.is_dir() else []
+
+    def remove_run(self, run_id: str) -> None:
+        """Delete a run's directory and its state and log files."""
+        shutil.rmtree(self.run_path(run_id), ignore_errors=False)
+        for kind in ("lock", "progress.json", "failure.json"):
+            self.state_file(run_id, kind).unlink(missing_ok=True)
+        self.log_file(run_id).unlink(missing_ok=True)
 
     def read_index(self) -> dict:
         if not self.exists:
