@@ -421,3 +421,21 @@ def test_an_edited_sweep_file_keeps_the_old_one_and_names_the_runs_it_leaves_out
     assert len(list((out / "runs").iterdir())) == 2
     assert main(["sweep", "status", str(out)]) == 0
     assert "outside the grid" not in capsys.readouterr().out
+
+
+def test_dry_run_makes_the_real_runs_checks_and_writes_nothing(tmp_path, capsys, no_gpu):
+    spec = write_spec(tmp_path / "s.yaml", {"seed": [0, 1]})
+    out = tmp_path / "o"
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA GPU" in capsys.readouterr().err and not out.exists()
+    from lengen.sweeps.sweep_dir import SweepDir
+
+    held = SweepDir(out).claim_runner()   # another runner holds the folder
+    try:
+        assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cpu"]) == 2
+        assert f"pid {os.getpid()} on" in capsys.readouterr().err
+    finally:
+        held.release()
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cpu"]) == 0
+    assert "sweep t: 2 runs" in capsys.readouterr().out
+    assert sorted(os.listdir(out)) == ["runner.lock"]   # only what the test's own claim made

@@ -72,7 +72,9 @@ def add_parser(sub) -> None:
                    "on the CPU a group of 8 paper-sized models is 5x slower than the 8 one after another, "
                    "tiny models gain 3-8x; GPUs are not measured yet (docs/performance.md)")
     r.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
-    r.add_argument("--dry-run", action="store_true", help="check the file and list the runs; run nothing")
+    r.add_argument("--dry-run", action="store_true", help="make every check the real run makes (the file, "
+                   "the folder, the device or Ray cluster, another runner) and list the runs; write and "
+                   "run nothing")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=run)
 
@@ -111,7 +113,8 @@ def with_precision(spec, precision: str):
 
 
 def run(args) -> int:
-    from lengen.sweeps import SweepOptions, expand, load_spec, run_sweep
+    from lengen.sweeps import SweepOptions, load_spec, run_sweep
+    from lengen.sweeps.runner import check_sweep
 
     opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
                         runs_per_gpu=args.runs_per_gpu, group_size=args.group_size, ray_address=args.ray_address,
@@ -120,8 +123,8 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     if args.precision is not None:
         spec = with_precision(spec, args.precision)
-    if args.dry_run:
-        runs = expand(spec)
+    if args.dry_run:   # every check the real run makes, then the list; nothing is written
+        runs = check_sweep(spec, args.out, opts).runs
         print(f"sweep {spec.name}: {len(runs)} runs")
         for r in runs[:20]:
             print(f"  {r.run_id}  {_point(r.point)}")

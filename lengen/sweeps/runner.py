@@ -69,8 +69,20 @@ def plan_workers(opts: SweepOptions, devices: list[str]) -> tuple[int, int]:
     return workers, opts.threads or max(1, cores // workers)
 
 
-def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
-    """Run every unfinished run of `spec` in `out`; returns the counts by state."""
+@dataclass
+class SweepPlan:
+    """A sweep that passed every check a run makes before it writes anything."""
+
+    runs: list
+    sweep: SweepDir
+    devices: list[str]
+    workers: int | None
+    threads: int
+
+
+def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
+    """Every check `sweep run` makes before it writes anything (`--dry-run` stops here): options,
+    the whole file, the folder, the device (or the Ray cluster), another runner on the folder."""
     opts.validate()
     runs = expand(spec)  # every problem of the file, before anything is written
     sweep = SweepDir(out, spec.kind.done_file(spec.evaluation))
@@ -83,6 +95,17 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
 
         connect(opts.ray_address)  # Ray missing or unreachable: one line, nothing written
         devices, workers, threads = [opts.device], None, opts.threads or 1
+    holder = sweep.runner()
+    if holder:
+        raise LengenError(f"{sweep.path} is being run by another `lengen sweep run` ({holder}); "
+                          "wait for it to finish or stop it, then rerun to resume")
+    return SweepPlan(runs, sweep, devices, workers, threads)
+
+
+def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
+    """Run every unfinished run of `spec` in `out`; returns the counts by state."""
+    plan = check_sweep(spec, out, opts)
+    runs, sweep, devices, workers, threads = plan.runs, plan.sweep, plan.devices, plan.workers, plan.threads
     claim = sweep.claim_runner()   # a second runner on this folder stops here, told who runs it
     try:
         return _run_claimed(spec, runs, sweep, opts, devices, workers, threads)
