@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from lengen.errors import LengenError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -30,6 +32,26 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lengen"
 
 
+def check_writable(folder: str | Path, hint: str = "choose another --out") -> None:
+    """Refuse (LengenError naming `folder`, then `hint`: what to do) a folder lengen is about to
+    write into but cannot: one at or under a regular file, or one where no file can be created
+    (read-only mount, no permission). `folder` need not exist yet: its nearest existing ancestor
+    is tried. Nothing is left behind either way. Call it before the work, not after."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        what = "" if existing == folder else f"cannot write to {folder}: "
+        raise LengenError(f"{what}{existing} is a file, not a folder; {hint}")
+    # a real file, not os.access(): root passes os.access(W_OK) on a read-only mount
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".lengen-write-test-")
+    except OSError as e:
+        where = "" if existing == folder else f" (it would be created in {existing})"
+        raise LengenError(f"cannot write to {folder}{where}: {e.strerror}; {hint}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def _atomic(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,10 +63,21 @@ def _atomic(path: Path, write) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+        # torch.save hides a failed write() (a full disk) behind a RuntimeError from its zip writer:
+        # raise the OSError itself, naming the file (write() names none), for the CLI's one line
+        cause = e if isinstance(e, Exception) else None  # Ctrl-C stays Ctrl-C
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        if cause.filename is None:
+            cause.filename = str(path)
+        if cause is e:
+            raise
+        raise cause from None
 
 
 def write_text(path: Path, text: str) -> None:

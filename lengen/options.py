@@ -4,6 +4,9 @@ and lengen.lm.options, so the command line, presets and sweep files set configs 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 import typing
 
 from lengen.errors import LengenError
@@ -83,3 +86,48 @@ def coerce_value(name: str, value, kind):
             return value
         raise LengenError(f"{name} must be a string, got {value!r}")
     return value
+
+
+def non_finite(value) -> bool:
+    """Whether `value` is NaN or infinite: a float, or text that float() reads so ("nan", "inf",
+    "1e999"), since option values given as text become numbers through float() later."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def check_finite(name: str, value) -> None:
+    """LengenError when `value` (or an item of a list or dict in it) is NaN or infinite: no number
+    lengen reads means anything then, and torch either raises a traceback or trains on NaN."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(f"{name} {key}", item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_finite(name, item)
+    elif non_finite(value):
+        raise LengenError(f"{name} must be a finite number, got {value}")
+
+
+def check_finite_fields(cfg) -> None:
+    """check_finite on every number of a config dataclass: its floats, text in a float field,
+    and its option dicts (pe_options -> "pe-option KEY"), named as the range checks name them.
+    Nested dataclasses (the ModelConfig) check themselves in their own validate()."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        name = f.name.replace("_", "-")
+        if isinstance(value, dict):
+            check_finite(name.replace("-options", "-option"), value)
+        elif isinstance(value, float):
+            check_finite(name, value)
+        elif isinstance(value, str) and f.name in _float_fields(type(cfg)):
+            check_finite(name, value)  # "nan" in a float field (a hand-edited config) is float("nan")
+
+
+@functools.cache
+def _float_fields(cls) -> frozenset[str]:
+    hints = typing.get_type_hints(cls)
+    return frozenset(n for n, kind in hints.items() if float in (typing.get_args(kind) or (kind,)))

@@ -4,7 +4,9 @@ sets `func` on its parser; adding a command is one module and one line in COMMAN
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import math
 import os
 import sys
 
@@ -50,6 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_finite_flags(args) -> None:
+    """argparse's float() takes nan, inf and 1e999 (inf); no lengen flag means anything by them."""
+    for dest, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise LengenError(f"--{dest.replace('_', '-')} must be a finite number, got {value}")
+
+
+#: what to do about an OSError that reached the top level, by errno
+_OS_HINTS = {
+    errno.ENOSPC: "free some space or write elsewhere (another --out), then rerun the same command: runs "
+                  "resume from their last checkpoint",
+    errno.EDQUOT: "free some space or write elsewhere (another --out), then rerun the same command",
+    errno.EROFS: "choose a writable place (another --out)",
+    errno.EACCES: "choose a writable place (another --out) or change the folder's permissions",
+    errno.EPERM: "choose a writable place (another --out) or change the folder's permissions",
+    errno.ENOTDIR: "a file stands where a folder is needed: choose another place (another --out)",
+    errno.EEXIST: "something already stands at that path: choose another place (another --out)",
+    errno.EISDIR: "a folder stands where a file is needed",
+}
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an OSError that no up-front check caught: PATH: STRERROR; what to do."""
+    where = f"{e.filename}: " if e.filename else ""
+    hint = _OS_HINTS.get(e.errno)
+    return f"{where}{e.strerror or e}" + (f"; {hint}" if hint else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -57,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_finite_flags(args)
         return int(args.func(args) or 0)
     except LengenError as e:
         print(f"lengen: error: {e}", file=sys.stderr)
@@ -69,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
         return 141
+    except OSError as e:  # the last net (after BrokenPipeError, one of its kind): a disk that filled up
+        # mid-run, a folder that changed under us. Files are written atomically, so nothing is half-written.
+        print(f"lengen: error: {os_error_message(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

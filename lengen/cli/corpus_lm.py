@@ -78,9 +78,12 @@ def train_from_args(args, table: dict[str, str], config_from_options: Callable, 
     """`lengen lm train` / `lengen mlm train`: the config from the flags (`table`: option -> config
     path), `train(cfg, out, progress=...)` into --out or `run_dir.format(cfg=cfg)`, then a summary
     whose validation line is `validation_line.format(**record)`."""
+    from lengen.io import check_writable
+
     set_threads(args.threads)
     cfg = config_from_options(options_from_args(args, table))
     out = args.out or run_dir.format(cfg=cfg)
+    check_writable(out)  # before the corpus is read and tokenized
     rec = train(cfg, out, progress=not args.no_progress)
     print(f"\n{rec['corpus']}")
     print(f"{rec['parameters']:,} parameters, {rec['steps']} steps")

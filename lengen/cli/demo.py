@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from lengen.cli.options import format_table
+    from lengen.io import check_writable
     from lengen.models.config import ModelConfig
     from lengen.training.config import TrainConfig
     from lengen.training.loop import train
@@ -39,6 +40,7 @@ def run(args) -> int:
 
     set_threads(args.threads)
     out = Path(args.out)
+    check_writable(out)  # before the first of the two trainings
     records = {}
     for positions in ("standard", "randomized"):
         cfg = TrainConfig(task=args.task, model=ModelConfig(pe=args.pe), positions=positions,

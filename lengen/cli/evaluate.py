@@ -32,12 +32,15 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from lengen.errors import LengenError
+    from lengen.io import check_writable
     from lengen.training.config import TrainConfig
     from lengen.training.loop import evaluate_run
 
     set_threads(args.threads)
     run_dir = RunDir(args.run_dir)
     cfg = TrainConfig.from_dict(run_dir.read_config(), where=str(run_dir.path))
+    # the results go into the run directory: a read-only one is refused before the model is loaded
+    check_writable(run_dir.path, "copy the run directory somewhere writable and evaluate the copy")
     if args.device is not None:
         cfg.device = args.device
     if args.precision is not None:

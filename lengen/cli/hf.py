@@ -115,6 +115,7 @@ def run_eval(args) -> int:
     from pathlib import Path
 
     from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
+    from lengen.io import check_writable
     from lengen.extrapolation import split_methods
     from lengen.protocols.options import check_protocol_options, split_tasks
 
@@ -130,6 +131,8 @@ def run_eval(args) -> int:
         dtype=args.dtype, attn=args.attn, train_length=args.train_length, device=args.device,
         precision=args.precision, **{k: v for k, v in given.items() if v is not None})
     out = Path(args.out)
+    settings.check()  # the cheap checks (methods, model folder) before the output folder's
+    check_writable(out)  # before the model is loaded
     previous = load_result(out)
     if previous is not None and not args.no_progress:
         print(f"resuming: {len(previous['rows'])} results already in {out / 'results.json'}")

@@ -7,6 +7,7 @@ import argparse
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.errors import LengenError
 from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
+from lengen.options import check_finite
 
 
 def parse_key_values(items: list[str] | None, flag: str) -> dict:
@@ -16,6 +17,7 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise LengenError(f"{flag} expects KEY=VALUE, got {item!r}")
+        check_finite(f"{flag} {key.strip()}", value.strip())
         out[key.strip().replace("-", "_")] = parse_value(value.strip())
     return out
 
@@ -42,7 +44,7 @@ def parse_lengths(text: str) -> list[int]:
             continue
         try:
             n = int(float(piece[:-1]) * 1024) if piece.endswith("k") else int(piece)
-        except ValueError:
+        except (ValueError, OverflowError):  # "nank", "infk"
             raise argparse.ArgumentTypeError(f"not a length: {piece!r} (use e.g. 4096 or 4k, "
                                              "several separated by commas or spaces)") from None
         out.append(n)

@@ -32,11 +32,14 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from lengen.io import check_writable
     from lengen.reports import build_report, sweep_command
     from lengen.reports.render import markdown
 
     out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
-    if sweep_command(args.sweep_dir) == "lm":
+    command = sweep_command(args.sweep_dir)  # not a sweep folder: that message first
+    check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
+    if command == "lm":
         return _run_lm(args.sweep_dir, out)
     rep = build_report(args.sweep_dir, out)
     print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")

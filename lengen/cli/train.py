@@ -96,12 +96,14 @@ def print_eval(record: dict, model: str = "transformer") -> None:
 
 
 def run(args) -> int:
+    from lengen.io import check_writable
     from lengen.training.loop import train
 
     set_threads(args.threads)
     cfg = config_from_args(args)
     variant = cfg.model.architecture if cfg.model.recurrent else f"{cfg.model.pe}-{cfg.positions}"
     out = args.out or f"runs/{cfg.task}-{variant}-s{cfg.seed}"
+    check_writable(out)  # before the model is built: a read-only --out fails now, not at the first checkpoint
     record = train(cfg, out, progress=not args.no_progress)
     print_eval(record, cfg.model.architecture)
     print(f"run directory: {Path(out)}  (eval.json, accuracy.png, metrics.jsonl)")

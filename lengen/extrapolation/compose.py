@@ -14,6 +14,7 @@ import re
 
 from lengen.errors import LengenError
 from lengen.formats import parse_value
+from lengen.options import check_finite
 from lengen.extrapolation.base import ExtrapolationMethod
 
 
@@ -53,6 +54,7 @@ def parse_spec(spec: str) -> list[tuple[str, dict]]:
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
                 raise LengenError(f"bad option {item!r} in spec {spec!r}; expected key=value")
+            check_finite(f"option {key.strip()} in spec {spec!r}", value.strip())
             options[key.strip()] = parse_value(value)
         parts.append((name, options))
     return parts

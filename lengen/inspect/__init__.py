@@ -120,10 +120,10 @@ def inspect_run(run_dir, attention: bool = True, activations: bool = True, lengt
         raise LengenError(f"--samples must be >= 1, got {samples}")
     if seed < 0:
         raise LengenError(f"--seed must be >= 0, got {seed}")
+    out_dir = Path(out) if out is not None else Path(run_dir)
+    if RunDir(run_dir).exists:  # (else open_run says it is no run directory) an unwritable out: before the work
+        io.check_writable(out_dir)
     insp = open_run(run_dir, length=length, device=device)
-    out_dir = Path(out) if out is not None else insp.run.path
-    if out_dir.exists() and not out_dir.is_dir():
-        raise LengenError(f"--out {out_dir} exists and is not a directory")
     cfg, N, L = insp.cfg, insp.cfg.train_length, insp.length
     caption = "$ " + command_line(run_dir, attention, activations, L, seed, samples, out, device)
     about = f"{cfg.task}  pe={cfg.model.pe}  positions={cfg.positions} (test: {insp.parts.test_mode})"

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.models.config import CHE_RUN, ModelConfig, run_config_from_dict
+from lengen.options import check_finite_fields
 
 
 def default_lm_model() -> ModelConfig:
@@ -17,7 +18,9 @@ def default_lm_model() -> ModelConfig:
 
 def check_corpus_run_numbers(cfg) -> None:
     """The range checks every corpus-trained run config (LMConfig, MLMConfig) shares: sizes and
-    intervals >= 1, steps and warmup >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1)."""
+    intervals >= 1, steps and warmup >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1),
+    and every number finite (first: NaN passes every range check, nan <= 0 is False)."""
+    check_finite_fields(cfg)
     for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
         if getattr(cfg, name) < 1:
             raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")

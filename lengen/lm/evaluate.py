@@ -13,6 +13,8 @@ from lengen.data import load_corpus, long_sequences
 from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
+from lengen.extrapolation import parse_spec
+from lengen.io import check_writable
 from lengen.lm.config import LMConfig
 from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
@@ -167,6 +169,11 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     instead of refusing the RoPE methods."""
     device = resolve_device(ecfg.device)  # a missing GPU fails before the model is loaded
     check_precision(ecfg.precision)
+    for spec in ecfg.methods:  # their syntax (and finite numbers) before the model is loaded
+        parse_spec(spec)
+    out_dir = Path(out_dir) if out_dir else Path(run_dir) / f"eval-{ecfg.protocol}"
+    if RunDir(run_dir).exists:  # (else load_run says it is no run directory) an unwritable out: before the work
+        check_writable(out_dir)
     cfg, model = load_run(run_dir, device)
     ecfg.validate(cfg.train_length)
     if not ecfg.methods:
@@ -174,7 +181,6 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     if plain_for_non_rope:
         ecfg.methods = sweep_methods(ecfg.methods, model.is_rope)
     methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
-    out_dir = Path(out_dir) if out_dir else Path(run_dir) / f"eval-{ecfg.protocol}"
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
     bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")

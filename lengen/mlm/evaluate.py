@@ -25,6 +25,7 @@ from lengen.data import load_corpus, sample_windows
 from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.errors import LengenError
+from lengen.io import check_writable
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
@@ -185,6 +186,9 @@ def evaluate_mlm(run_dir: str | Path, ecfg: MLMEvalConfig, out_dir: str | Path |
     results.json and results.png into out_dir (default RUN_DIR/eval-mlm)."""
     ecfg.validate()
     device = resolve_device(ecfg.device)
+    out_dir = Path(out_dir) if out_dir else Path(run_dir) / "eval-mlm"
+    if RunDir(run_dir).exists:  # (else load_run says it is no run directory) an unwritable out: before the work
+        check_writable(out_dir)
     cfg, model = load_run(run_dir, device)
     ecfg.validate(cfg)
     longest = max(ecfg.lengths)
@@ -219,7 +223,6 @@ def evaluate_mlm(run_dir: str | Path, ecfg: MLMEvalConfig, out_dir: str | Path |
         bar.close()
     order = {m: i for i, m in enumerate(dict.fromkeys(r["method"] for r in rows if r["method"] != "unigram"))}
     rows.sort(key=lambda r: (order.get(r["method"], len(order)), r["length"]))
-    out_dir = Path(out_dir) if out_dir else Path(run_dir) / "eval-mlm"
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "positions": cfg.positions,
             "position_options": cfg.position_options, "train_length": cfg.train_length,
             "mask_rate": cfg.mask_rate, "key_norm": cfg.model.key_norm, **asdict(ecfg), "device": str(device),

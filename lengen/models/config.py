@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lengen.errors import LengenError
+from lengen.options import check_finite_fields
 
 #: the CHE benchmark's architectures (Deletang et al. 2023): the Transformer and its recurrent baselines
 ARCHITECTURES = ("transformer", "rnn", "lstm", "stack_rnn", "tape_rnn")
@@ -94,6 +95,7 @@ class ModelConfig:
         return [n for n in self.fields_not_read() if getattr(self, n) != getattr(default, n)]
 
     def validate(self) -> None:
+        check_finite_fields(self)  # dropout, pe_options
         if self.architecture not in ARCHITECTURES:
             raise LengenError(f"unknown model {self.architecture!r}; valid: {', '.join(ARCHITECTURES)}")
         extra = self.inapplicable_fields()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.models.config import ARCHITECTURES, LM_RUN, ModelConfig, not_applicable, run_config_from_dict
+from lengen.options import check_finite_fields
 
 
 @dataclass
@@ -50,6 +51,7 @@ class TrainConfig:
         return run_config_from_dict(cls, d, where, {"corpus": LM_RUN})
 
     def validate(self) -> None:
+        check_finite_fields(self)  # first: NaN passes every range check below (nan <= 0 is False)
         for name in ("batch_size", "train_length", "max_length", "eval_samples", "checkpoint_every",
                      "log_every", "eval_tokens"):
             if getattr(self, name) < 1:
