@@ -4,6 +4,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,10 +139,10 @@ BAD_FILES = {
     "exclude matching nothing": ({"grid": {"pe": ["rope", "alibi"]}, "exclude": [{"pe": "ropee"}]},
                                  "exclude[0].pe: 'ropee' is not one of grid.pe's values (rope, alibi)"),
     "duplicate grid value": ({"grid": {"seed": [0, 1, 0]}}, "grid.seed[2]: 0 is listed twice"),
-    "nan in the grid": ({"grid": {"lr": [float("nan"), 1e-3]}}, "grid.lr[0]: nan is not a finite number"),
-    "nan as text": ({"grid": {"lr": ["nan"]}}, "grid.lr[0]: 'nan' is not a finite number"),
+    "nan in the grid": ({"grid": {"lr": [float("nan"), 1e-3]}}, "grid.lr[0]: lr must be a finite number, got nan"),
+    "nan as text": ({"grid": {"lr": ["nan"]}}, "grid.lr[0]: lr must be a finite number, got nan"),
     "inf fixed": ({"grid": {"seed": [0]}, "fixed": {"grad_clip": float("inf")}},
-                  "fixed.grad_clip: inf is not a finite number"),
+                  "fixed.grad_clip: grad_clip must be a finite number, got inf"),
     "zero steps": ({"grid": {"seed": [0]}, "fixed": {"steps": 0}}, "fixed.steps: 0 steps trains nothing"),
 }
 
@@ -439,3 +440,14 @@ def test_dry_run_makes_the_real_runs_checks_and_writes_nothing(tmp_path, capsys,
     assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cpu"]) == 0
     assert "sweep t: 2 runs" in capsys.readouterr().out
     assert sorted(os.listdir(out)) == ["runner.lock"]   # only what the test's own claim made
+
+
+def test_the_docs_preset_table_lists_every_preset_with_its_run_count():
+    from lengen.sweeps.presets import preset_names
+    from lengen.sweeps.spec import count_points
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "sweeps.md").read_text()
+    table = text[text.index("## Presets"):]
+    listed = {name: int(runs.replace(",", "")) for name, runs in
+              re.findall(r"^\| `([a-z0-9-]+)` \| ([\d,]+) \|", table, re.M)}
+    assert listed == {name: count_points(load_spec(name)) for name in preset_names()}

@@ -87,6 +87,8 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     runs = expand(spec)  # every problem of the file, before anything is written
     sweep = SweepDir(out, spec.kind.done_file(spec.evaluation))
     sweep.check_writable()
+    io.check_writable(sweep.path, "choose another --out (a finished sweep can be read where it is: "
+                      "`lengen sweep status`, `lengen report --out ELSEWHERE`)")
     if opts.backend == "local":
         devices = plan_devices(opts.device)
         workers, threads = plan_workers(opts, devices)

@@ -26,12 +26,11 @@ import difflib
 import hashlib
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lengen.errors import LengenError
-from lengen.options import get_path
+from lengen.options import check_finite, get_path
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 
 TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude", "eval")
@@ -103,27 +102,15 @@ def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | N
 _INVALID = object()   # a value that failed its check: left out of the grid the values are tried on
 
 
-def finite(value) -> bool:
-    """False when a number in `value` (or in its lists and mappings) is NaN or infinite."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, (list, tuple)):
-        return all(finite(v) for v in value)
-    if isinstance(value, dict):
-        return all(finite(v) for v in value.values())
-    return True
-
-
 def _coerce(kind: SweepKind, name: str, value, where: str, errors: list[str]):
     try:
-        coerced = kind.coerce(name, value) if finite(value) else value
+        check_finite(name, value)   # before and after: "nan" as text becomes a float NaN
+        coerced = kind.coerce(name, value)
+        check_finite(name, coerced)
+        return coerced
     except LengenError as e:
         errors.append(f"{where}: {e}")
         return _INVALID
-    if not finite(coerced):
-        errors.append(f"{where}: {value!r} is not a finite number")
-        return _INVALID
-    return coerced
 
 
 def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
