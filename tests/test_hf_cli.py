@@ -281,7 +281,7 @@ def test_lm_eval_and_hf_eval_apply_the_same_rule(model_dir, tmp_path, capsys, mo
 
     monkeypatch.setattr(hf_evaluate, "load", no_model)
     monkeypatch.setattr(lm_evaluate, "load_run", no_model)
-    option = [flag, FLAGS[flag], "--protocol", protocol, "--lengths", "64", "--no-progress"]
+    option = [flag, FLAGS[flag], "--protocol", protocol, "--lengths", "800", "--no-progress"]
     commands = {"lm": ["lm", "eval", str(tmp_path / "run"), *option],
                 "hf": ["hf", "eval", str(model_dir / "model"), *option, "--out", str(tmp_path / "out")]}
     errors = {}

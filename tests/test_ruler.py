@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 import pytest
+import yaml
 
 from lengen.cli import main
 from lengen.data.tokenizer import ByteTokenizer
@@ -254,3 +255,40 @@ def test_ruler_takes_trials_seed_and_tasks_as_far_as_loading_the_model(model_dir
     with pytest.raises(ModelLoaded):
         main([command, "eval", target, "--protocol", "ruler", "--trials", "2", "--seed", "4", "--tasks", "cwe",
               "--lengths", "800", "--out", str(tmp_path / "out"), "--no-progress"])
+
+
+@pytest.mark.parametrize("protocol", ["passkey", "ruler"])
+def test_lengths_where_no_prompt_fits_are_refused_before_scoring(lm_run, tmp_path, capsys, monkeypatch,
+                                                                 protocol):
+    """At 64 and 128 bytes no passkey prompt (247 bytes without filler) and no ruler prompt fits:
+    one line naming those lengths, exit 2, no results; a length where one fits is not named."""
+    import lengen.lm.evaluate as lm_evaluate
+
+    monkeypatch.setattr(lm_evaluate, f"_{protocol}_rows", lambda *a, **k: pytest.fail("scored"))
+    out = tmp_path / "none"
+    assert main(["lm", "eval", str(lm_run), "--protocol", protocol, "--lengths", "64,128,2048",
+                 "--trials", "1", "--methods", "rope", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lengen: error: lengths 64, 128: no "), err
+    assert "2048" not in err and "even without filler" in err and not out.exists()
+
+
+def test_an_lm_sweep_with_prompt_free_lengths_is_refused_once(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"name": "p", "command": "lm", "grid": {"seed": [0, 1]},
+                                    "fixed": {"steps": 2, "train_length": 16},
+                                    "eval": {"protocol": "passkey", "lengths": [64, 512], "trials": 1}}))
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lengen: error: eval: lengths 64: no passkey prompt fits") and err.count("\n") == 1, err
+
+
+def test_hf_eval_refuses_lengths_where_no_passkey_prompt_fits(model_dir, tmp_path, capsys, monkeypatch):
+    import lengen.hf.evaluate as hf_evaluate
+
+    monkeypatch.setattr(hf_evaluate, "_score", lambda *a, **k: pytest.fail("scored"))
+    out = tmp_path / "out"
+    assert main(["hf", "eval", str(model_dir / "model"), "--protocol", "passkey", "--lengths", "64",
+                 "--trials", "1", "--methods", "rope", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lengen: error: lengths 64: no passkey prompt fits") and err.count("\n") == 1, err

@@ -29,6 +29,7 @@ from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
                               plot_metric, ruler_accuracy, write_csv)
+from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY
 from lengen.protocols.ruler import check_tasks, ruler_table, task_means
 
@@ -100,6 +101,18 @@ class EvalSettings:
                               "loads local models only, nothing is downloaded)")
         if self.gguf_file and not (path / self.gguf_file).is_file():
             raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
+
+
+def load_tokenizer(settings: EvalSettings):
+    """The model folder's tokenizer alone (cheap: for checks before the model loads)."""
+    from transformers import AutoTokenizer
+
+    kwargs = {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
+    try:
+        return AutoTokenizer.from_pretrained(settings.model_path, **kwargs)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        text = " ".join(str(e).split())[:300] or type(e).__name__
+        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {text}") from None
 
 
 def load(settings: EvalSettings):
@@ -190,6 +203,10 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     todo = [(m, n) for n in settings.lengths for m in settings.methods if (m, n) not in done]
     seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
+    if settings.protocol in ("passkey", "ruler") and todo and Path(settings.model_path).is_dir():
+        # lengths where no prompt fits the tokenizer: refused before the model loads
+        check_prompts_fit(settings.protocol, load_tokenizer(settings).encode, sorted({n for _, n in todo}),
+                          settings.tasks or (), settings.seed)
     model, tokenizer = load(settings)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):

@@ -27,6 +27,7 @@ from lengen.protocols import (
     write_results,
     write_ruler_results,
 )
+from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.ruler import check_tasks
 from lengen.training.run_dir import RunDir
 
@@ -176,6 +177,7 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
         check_writable(out_dir)
     cfg, model = load_run(run_dir, device)
     ecfg.validate(cfg.train_length)
+    check_prompts_fit(ecfg.protocol, ByteTokenizer().encode, ecfg.lengths, ecfg.tasks or (), ecfg.seed)
     if not ecfg.methods:
         ecfg.methods = default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
     if plain_for_non_rope:

@@ -67,6 +67,8 @@ class LMKind(SweepKind):
         from lengen.devices import check_precision
         from lengen.extrapolation import split_methods
         from lengen.options import coerce_value
+        from lengen.data.tokenizer import ByteTokenizer
+        from lengen.protocols.fitting import check_prompts_fit
         from lengen.protocols.options import USED_BY, check_protocol_options
 
         if raw is None:
@@ -103,7 +105,9 @@ class LMKind(SweepKind):
                 raise LengenError(f"max_new_tokens must be >= 1, got {settings['max_new_tokens']}")
             # the rest of lengen lm eval's checks, once for the file rather than once per run
             # (what depends on a run's training length is only a default)
-            self.eval_config(settings, min(settings.get("lengths") or [1]))
+            ecfg = self.eval_config(settings, min(settings.get("lengths") or [1]))
+            if settings.get("lengths"):   # else the lengths depend on each run's training length
+                check_prompts_fit(ecfg.protocol, ByteTokenizer().encode, ecfg.lengths, ecfg.tasks, ecfg.seed)
         except LengenError as e:
             errors.append(f"eval: {str(e).replace('--', '')}")   # the file's names, not flags
         return settings
