@@ -192,3 +192,16 @@ def test_eval_at_the_training_length_reproduces_eval_json(tmp_path):
     rec = json.loads((out / "eval.json").read_text())
     assert df.loc["standard", "bpb"] == pytest.approx(rec["val_bpb"], rel=1e-9)
     assert df.loc["unigram", "bpb"] == pytest.approx(rec["unigram_bpb"], rel=1e-9)
+
+
+def test_each_eval_command_names_the_other_for_the_other_kind_of_run(tmp_path, capsys):
+    lm_run, mlm_run = tmp_path / "lm", tmp_path / "mlm"
+    assert main(["lm", "train", *TINY, "--steps", "2", "--out", str(lm_run)]) == 0
+    assert main(["mlm", "train", *TINY, "--steps", "2", "--out", str(mlm_run)]) == 0
+    capsys.readouterr()
+    assert main(["mlm", "eval", str(lm_run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"lengen: error: {lm_run}: this is a language-model run: use `lengen lm eval` (or `lengen lm train`)\n"
+    assert main(["lm", "eval", str(mlm_run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"lengen: error: {mlm_run}: this is a masked-LM run: use `lengen mlm eval` (or `lengen mlm train`)\n"

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
-from lengen.models.config import CHE_RUN, ModelConfig, run_config_from_dict
+from lengen.models.config import CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
 
 
@@ -75,7 +75,7 @@ class LMConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> LMConfig:
         """`where` (a run directory) prefixes the error messages."""
-        return run_config_from_dict(cls, d, where, {"task": CHE_RUN})
+        return run_config_from_dict(cls, d, where, {"task": CHE_RUN, "mask_rate": MLM_RUN})
 
     def validate(self) -> None:
         from lengen.encodings import ENCODINGS

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.lm.config import check_corpus_run_numbers
-from lengen.models.config import CHE_RUN, ModelConfig, run_config_from_dict
+from lengen.models.config import CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
 
 
 def default_mlm_model() -> ModelConfig:
@@ -56,7 +56,10 @@ class MLMConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> MLMConfig:
         """`where` (a run directory) prefixes the error messages."""
-        return run_config_from_dict(cls, d, where, {"task": CHE_RUN}, " (not a `lengen mlm` run?)")
+        cfg = run_config_from_dict(cls, d, where, {"task": CHE_RUN}, " (not a `lengen mlm` run?)")
+        if cfg.model.causal:   # a decoder LM run has every key an MLM run has: its causal model tells
+            raise LengenError((f"{where}: " if where else "") + LM_RUN)
+        return cfg
 
     def validate(self) -> None:
         from lengen.encodings import ENCODINGS

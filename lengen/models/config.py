@@ -120,6 +120,7 @@ class ModelConfig:
 #: messages for a key that marks another kind of run directory
 CHE_RUN = "this is a CHE run: use `lengen eval` (or `lengen train`)"
 LM_RUN = "this is a language-model run: use `lengen lm eval` (or `lengen lm train`)"
+MLM_RUN = "this is a masked-LM run: use `lengen mlm eval` (or `lengen mlm train`)"
 
 
 def run_config_from_dict(cls, d: dict, where: str | None = None, foreign: dict[str, str] | None = None,
