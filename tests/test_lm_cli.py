@@ -35,6 +35,8 @@ def test_train_writes_the_run_dir(tmp_path, capsys):
     assert [r["step"] for r in rows] == [2, 4, 6]
     text = capsys.readouterr().out
     assert "validation perplexity" in text and "unigram" in text
+    # the two perplexities lengen reports measure different text, and both say which
+    assert "most start mid-document" in ev["val_measured_on"] and "mid-document" in text
 
 
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
@@ -63,7 +65,9 @@ def test_eval_writes_results_per_method_and_length(tmp_path, capsys):
     assert sorted(set(df["length"])) == [16, 32, 64] and (df["ppl"] > 1).all()
     assert (ev / "ppl_vs_length.png").stat().st_size > 0
     assert json.loads((ev / "results.json").read_text())["rows"][0]["method"] == "rope"
-    assert "| rope" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| rope" in printed
+    assert "measured on: the first L tokens of each validation document (from its start)" in printed
     # last-segment, default methods (factor = 48 / 16): every length scores the same K tokens
     assert main(["lm", "eval", str(out), "--protocol", "last-segment", "--segment", "8", "--lengths", "16,48",
                  "--docs", "2", "--out", str(tmp_path / "seg"), "--no-progress"]) == 0

@@ -25,7 +25,13 @@ length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
 RUN_DIR = "runs/lm-{cfg.model.pe}-L{cfg.train_length}-s{cfg.seed}"
 #: the validation line printed after training (str.format with eval.json's record)
 VALIDATION_LINE = ("validation perplexity at the training length {train_length}: {val_ppl:.3f} "
-                   "(unigram baseline: {unigram_ppl:.3f}; {val_tokens:,} tokens)")
+                   "(unigram baseline: {unigram_ppl:.3f}; {val_tokens:,} tokens in consecutive windows of the "
+                   "validation stream, most starting mid-document; `lengen lm eval` scores documents from "
+                   "their first token, with less context, so its perplexity is higher)")
+
+#: what each corpus protocol's perplexity is computed over (printed beside the table)
+PROTOCOL_TEXT = {"ppl": "the first L tokens of each validation document (from its start), every token scored",
+                 "last-segment": "the same last --segment tokens of each document's first L tokens"}
 
 EVAL_EPILOG = """examples:
   # perplexity against context length (one forward pass per length, every token scored)
@@ -135,5 +141,8 @@ def run_eval(args) -> int:
     notes = {r["note"] for r in res["rows"] if r.get("note")}
     for n in sorted(notes):
         print(f"note: {n}")
+    if args.protocol in ("ppl", "last-segment"):
+        print(f"measured on: {PROTOCOL_TEXT[args.protocol]}; not comparable with the training-time "
+              "validation perplexity in eval.json (consecutive mid-document windows)")
     print(f"wrote {res['out_dir']}/results.csv, results.json and the plot")
     return 0

@@ -49,7 +49,10 @@ def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
     counts = token_counts(corpus.stream("train"), ByteTokenizer.vocab_size)
     uni_pt = perplexity_vs_length(unigram_nll_fn(counts), windows, [cfg.train_length], batch_size=64)[0]
     return {"val_ppl": model_pt.ppl, "val_nll": model_pt.nll, "unigram_ppl": uni_pt.ppl,
-            "val_tokens": model_pt.tokens, "train_length": cfg.train_length}
+            "val_tokens": model_pt.tokens, "train_length": cfg.train_length,
+            "val_measured_on": f"{cfg.val_windows} consecutive {cfg.train_length}-token windows of the "
+                               "validation stream (most start mid-document; `lengen lm eval` scores "
+                               "documents from their first token)"}
 
 
 def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
