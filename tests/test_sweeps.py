@@ -408,6 +408,8 @@ def test_an_edited_sweep_file_keeps_the_old_one_and_names_the_runs_it_leaves_out
     status = capsys.readouterr().out
     assert "2 runs outside the grid (2 finished" in status and all(rid in status for rid in old_ids)
     assert len(read_csv(out / "results.csv")) == 2   # only the grid's runs
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 0
+    assert f"2 runs in {out / 'runs'} are not in the sweep's grid" in capsys.readouterr().out
 
     assert main([*run[:2], str(edited), *run[3:]]) == 0   # the same file again: nothing to keep
     assert len(list((out / "history").iterdir())) == 1 and "kept in" not in capsys.readouterr().out

@@ -41,7 +41,8 @@ def run(args) -> int:
     check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
     if command == "lm":
         return _run_lm(args.sweep_dir, out)
-    rep = build_report(args.sweep_dir, out)
+    sweep_dir = args.sweep_dir
+    rep = build_report(sweep_dir, out)
     print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")
     print(markdown(rep["table1"]))
     if rep["missing"]:
@@ -51,6 +52,7 @@ def run(args) -> int:
         if g["measured"] is not None:
             print(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
                   f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
+    _say_outside(sweep_dir)
     print(f"report: {out}/index.html")
     return 0
 
@@ -63,5 +65,17 @@ def _run_lm(sweep_dir, out) -> int:
     print(rep["markdown"])
     if rep["missing"]:
         print(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
+    _say_outside(sweep_dir)
     print(f"report: {out}/index.html")
     return 0
+
+
+def _say_outside(sweep_dir) -> None:
+    """Runs of an earlier sweep file, left out of the tables: say so, and how to remove them."""
+    from lengen.sweeps.sweep_dir import SweepDir
+
+    sweep = SweepDir(sweep_dir)
+    outside = sweep.outside(r["run_id"] for r in sweep.read_index()["runs"])
+    if outside:
+        print(f"{len(outside)} runs in {sweep.path / 'runs'} are not in the sweep's grid (an earlier sweep "
+              f"file's; kept in history/) and not in these tables: `lengen sweep status` lists them")
