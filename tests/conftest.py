@@ -3,8 +3,14 @@
 import functools
 from pathlib import Path
 
+import os
+
 import pytest
 import torch
+
+# Ray in the tests (a local instance, a two-node cluster) stays on the loopback address: set before
+# any test imports Ray, which reads it once; the processes the tests start inherit it
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @pytest.fixture(autouse=True, scope="session")

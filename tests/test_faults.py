@@ -3,6 +3,7 @@ out-of-memory killer does), two runners started on one folder, a stale or delete
 truncated results table. Each ends in one line or a clean resume, nothing lost, every run trained
 exactly once. Real processes and signals, tiny models."""
 
+import csv
 import os
 import signal
 import subprocess
@@ -155,3 +156,44 @@ def test_a_truncated_results_table_is_rebuilt_by_a_rerun(tmp_path):
     rows = lambda text: sorted(line.split(",")[0] for line in text.splitlines()[1:])  # noqa: E731
     assert rows((out / "results.csv").read_text()) == rows(whole.decode())
     trained_once(out)
+
+
+def test_a_ray_cluster_that_loses_a_node_mid_sweep_ends_in_the_uninterrupted_tables(tmp_path):
+    """A real two-node Ray cluster on this machine (Ray's own test cluster: a head with 1 CPU and
+    a second node with 2, each its own raylet processes), a sweep through --ray-address, the
+    second node killed while it trains two runs: Ray retries them on the head, they resume from
+    their checkpoints, and the tables equal those of the uninterrupted local sweep."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    spec = spec_file(tmp_path, steps=600, d_model=16)
+    ref, out = tmp_path / "ref", tmp_path / "ray"
+    subprocess.run(sweep_cmd(spec, ref, "--workers", "1"), env=ENV, check=True, capture_output=True, timeout=600)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        second = cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        proc = subprocess.Popen(sweep_cmd(spec, out, "--backend", "ray", "--ray-address", cluster.address),
+                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def checkpointed_and_unfinished() -> int:
+            runs = list((out / "runs").glob("*")) if (out / "runs").exists() else []
+            return sum((r / "checkpoint.pt").exists() and not (r / "eval.json").exists() for r in runs)
+
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None and checkpointed_and_unfinished() < 3:
+            time.sleep(0.05)
+        assert proc.poll() is None and checkpointed_and_unfinished() == 3, "never 3 runs at once"
+        cluster.remove_node(second)   # its raylet and workers die, with two runs part-way
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        cluster.shutdown()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "4 done, 0 failed, 0 pending" in stdout
+    trained_once(out)
+    assert sum("resume" in log.read_text() for log in (out / "logs").glob("*.log")) >= 2
+    timing = {"seconds", "train_seconds", "eval_seconds"}
+    rows = lambda path: [{k: v for k, v in r.items() if k not in timing}   # noqa: E731
+                         for r in csv.DictReader(open(path))]
+    assert rows(out / "results.csv") == rows(ref / "results.csv")
+    assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
