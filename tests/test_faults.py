@@ -197,3 +197,24 @@ def test_a_ray_cluster_that_loses_a_node_mid_sweep_ends_in_the_uninterrupted_tab
                          for r in csv.DictReader(open(path))]
     assert rows(out / "results.csv") == rows(ref / "results.csv")
     assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_killed_mid_run_is_replaced_and_its_run_resumes(tmp_path):
+    spec, out = spec_file(tmp_path, steps=600, d_model=16), tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(spec, out, "--workers", "2"), env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    runs = out / "runs"
+    while time.time() < deadline and proc.poll() is None and sum(
+            (r / "checkpoint.pt").exists() and not (r / "eval.json").exists()
+            for r in (runs.glob("*") if runs.exists() else [])) < 2:
+        time.sleep(0.05)
+    workers = children(proc.pid)
+    assert proc.poll() is None and len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)   # one worker, as an out-of-memory killer might
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "4 done, 0 failed, 0 pending" in stdout
+    trained_once(out)
+    assert any("resume" in log.read_text() for log in (out / "logs").glob("*.log"))
