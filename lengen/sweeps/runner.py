@@ -99,24 +99,22 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
         devices, workers, threads = [opts.device], None, opts.threads or 1
     holder = sweep.runner()
     if holder:
-        raise LengenError(f"{sweep.path} is being run by another `lengen sweep run` ({holder}); "
-                          "wait for it to finish or stop it, then rerun to resume")
+        raise sweep.busy(holder)
     return SweepPlan(runs, sweep, devices, workers, threads)
 
 
 def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     """Run every unfinished run of `spec` in `out`; returns the counts by state."""
     plan = check_sweep(spec, out, opts)
-    runs, sweep, devices, workers, threads = plan.runs, plan.sweep, plan.devices, plan.workers, plan.threads
-    claim = sweep.claim_runner()   # a second runner on this folder stops here, told who runs it
+    claim = plan.sweep.claim_runner()   # a second runner on this folder stops here, told who runs it
     try:
-        return _run_claimed(spec, runs, sweep, opts, devices, workers, threads)
+        return _run_claimed(spec, plan, opts)
     finally:
         claim.release()
 
 
-def _run_claimed(spec: SweepSpec, runs, sweep: SweepDir, opts: SweepOptions, devices, workers,
-                 threads) -> dict:
+def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
+    runs, sweep, devices, workers, threads = plan.runs, plan.sweep, plan.devices, plan.workers, plan.threads
     sweep.check_writable()   # again, now that no other runner can change the folder
     kept = sweep.write_index(spec, runs)
     outside = sweep.outside(r.run_id for r in runs)

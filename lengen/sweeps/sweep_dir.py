@@ -73,12 +73,15 @@ class SweepDir:
         self.path.mkdir(parents=True, exist_ok=True)
         lock = RunLock(self.path / self.RUNNER)
         if not lock.acquire():
-            raise LengenError(f"{self.path} is being run by another `lengen sweep run` "
-                              f"({self.runner() or 'starting'}); wait for it to finish or stop it, "
-                              f"then rerun to resume")
+            raise self.busy(self.runner() or "starting")
         since = datetime.datetime.now().isoformat(timespec="seconds")
         lock.describe(f"pid {os.getpid()} on {socket.gethostname()} since {since}")
         return lock
+
+    def busy(self, holder: str) -> LengenError:
+        """The refusal of a second runner on this folder, naming the one that holds it."""
+        return LengenError(f"{self.path} is being run by another `lengen sweep run` ({holder}); wait "
+                           "for it to finish or stop it, then rerun to resume")
 
     def runner(self) -> str | None:
         """Who runs the sweep now ("pid N on HOST since T"), or None when no process does."""
