@@ -197,3 +197,18 @@ def test_figure4_line_colours_are_distinct_and_not_the_marker_colour():
         rgba = [to_rgba(c) for c in colours.values()]
         assert len(colours) == n and len(set(rgba)) == n, n
         assert to_rgba(MARKER_COLOUR) not in rgba
+
+
+def test_best_runs_picks_the_highest_score_per_cell_first_on_ties():
+    from lengen.reports.aggregate import best_runs
+
+    runs = pd.DataFrame([
+        # task, variant, run_id, score: the expected pick of each cell is written out below
+        ("parity_check", "rope", "a", 0.50), ("parity_check", "rope", "b", 0.90),
+        ("parity_check", "rope", "c", 0.70), ("parity_check", "alibi", "d", float("nan")),
+        ("parity_check", "alibi", "e", 0.60), ("even_pairs", "rope", "f", 0.80),
+        ("even_pairs", "rope", "g", 0.80), ("even_pairs", "rope", "h", 0.10),
+    ], columns=["task", "variant", "run_id", "score"])
+    picked = best_runs(runs)
+    assert dict(zip(zip(picked["task"], picked["variant"]), picked["run_id"])) == {
+        ("parity_check", "rope"): "b", ("parity_check", "alibi"): "e", ("even_pairs", "rope"): "f"}

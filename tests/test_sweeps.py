@@ -453,3 +453,21 @@ def test_the_docs_preset_table_lists_every_preset_with_its_run_count():
     listed = {name: int(runs.replace(",", "")) for name, runs in
               re.findall(r"^\| `([a-z0-9-]+)` \| ([\d,]+) \|", table, re.M)}
     assert listed == {name: count_points(load_spec(name)) for name in preset_names()}
+
+
+def test_tables_rebuilt_every_tick_hold_every_run_with_numeric_lengths(tmp_path, monkeypatch):
+    """The results writer rebuilds while runs are unfinished (every tick here): a run must not be
+    remembered as unfinished, and lengths past 9 must sort as numbers (1, 2, ..., 10, not 1, 10, 2)."""
+    import lengen.sweeps.runner as runner
+
+    monkeypatch.setattr(runner, "REBUILD_EVERY_S", 0.0)
+    spec = load_spec(write_spec(tmp_path / "s.yaml", {"seed": [0, 1, 2]}, {"max_length": 13}))
+    counts = run_sweep(spec, tmp_path / "o", SweepOptions(device="cpu", workers=1, progress=False))
+    assert counts["done"] == 3 and counts["results"] == 3
+    assert len(read_csv(tmp_path / "o" / "results.csv")) == 3
+    rows = read_csv(tmp_path / "o" / "accuracy_by_length.csv")
+    by_run: dict = {}
+    for row in rows:
+        by_run.setdefault(row["run_id"], []).append(row["length"])
+    assert len(by_run) == 3
+    assert all(lengths == [str(n) for n in range(1, 14)] for lengths in by_run.values()), by_run
