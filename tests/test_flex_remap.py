@@ -66,6 +66,9 @@ CASES = {
     "sinks:n_global=4,window=130": (lambda i, j: r_sinks(i, j, 4, 130), 1.0, False),
     "dca:chunk_size=200,local_size=40": (_map_fn(lambda i, j: r_dca(i, j, 200, 40)), 1.0, True),
     "dca:chunk_size=100,local_size=30": (_map_fn(lambda i, j: r_dca(i, j, 100, 30)), 1.0, True),
+    # local_size > chunk_size / 2: the far query position is 2s - 1 (79, 39), below chunk_size
+    "dca:chunk_size=100,local_size=60": (_map_fn(lambda i, j: r_dca(i, j, 100, 60)), 1.0, True),
+    "dca:chunk_size=64,local_size=44": (_map_fn(lambda i, j: r_dca(i, j, 64, 44)), 1.0, True),
     "string:shift=160,window=20,attention_factor=1": (_map_fn(lambda i, j: r_string(i, j, 160, 20)), 1.0, True),
     "string:shift=90,window=30": (_map_fn(lambda i, j: r_string(i, j, 90, 30)), None, True),
 }
