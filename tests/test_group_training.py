@@ -3,6 +3,7 @@
 configs that cannot share one forward pass are refused."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -284,3 +285,20 @@ def test_group_on_cuda_matches_solo_on_cuda(tmp_path, pe, buckets):
         agree = [abs(records[i]["accuracy_by_length"][n] - solo["accuracy_by_length"][n]) <= 0.05
                  for n in solo["accuracy_by_length"]]
         assert all(agree), (records[i]["accuracy_by_length"], solo["accuracy_by_length"])
+
+
+def test_a_members_training_time_excludes_the_others_evaluations(tmp_path, monkeypatch):
+    """The members train together, so each reports about the same training seconds; the ones
+    evaluated later must not count the earlier members' evaluations (each made 0.4 s slower here)."""
+    import lengen.training.group as group
+
+    real = group.evaluate_run
+
+    def slow_evaluation(*args, **kwargs):
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(group, "evaluate_run", slow_evaluation)
+    records = run_group([tiny(seed=s) for s in range(3)], tmp_path)
+    train = [r["train_seconds"] for r in records]
+    assert max(train) - min(train) < 0.2, train

@@ -464,6 +464,9 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
     if active:
         _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts,
                        device, progress, buckets)
+    # each member's training time, read before any member is evaluated (the members trained
+    # together; a member evaluated later must not count the evaluations before it)
+    trained = [session.elapsed() for session in sessions]
     diverged = [i for i in active if getattr(sessions[i], "diverged", None)]
     records: list[dict] = []
     for i, (cfg, session, part) in enumerate(zip(cfgs, sessions, parts)):
@@ -479,7 +482,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
                 records.append(previous)
                 continue
         records.append(evaluate_run(session.run, parts=part, cfg=cfg, progress=progress,
-                                    train_seconds=session.elapsed()))
+                                    train_seconds=trained[i]))
     if diverged:
         raise TrainingDiverged("; ".join(f"{outs[i]}: {sessions[i].diverged}" for i in diverged))
     return records
