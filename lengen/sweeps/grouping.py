@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 #: group size when --group-size is not given. 1 (no grouping) on both for now: on the 2-core CPU a
-#: group of 8 paper-sized models trains at 0.2x the model-steps/s of the 8 one after another (the
-#: vmapped path has no fused attention and pads every member to the longest drawn length; tiny
-#: models gain 3-8x), and the GPU path has not been measured yet (docs/performance.md)
+#: group of 8 paper-sized models trains at 0.73-0.93x the model-steps/s of the 8 one after another
+#: (fused attention per model under vmap and length buckets; the step is compute-bound, so a
+#: group can at best match them; tiny models gain 1.8-3.7x), and the GPU path has not been
+#: measured yet (docs/performance.md)
 DEFAULT_GROUP_SIZE = {"cpu": 1, "cuda": 1}
 
 
