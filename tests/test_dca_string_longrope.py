@@ -10,7 +10,8 @@ import torch
 from tiny_llama import decode_step, returned_cache
 
 from lengen.errors import LengenError
-from lengen.extrapolation import METHODS, RopeSpec, blockwise, build_method
+from lengen.extrapolation import METHODS, RopeSpec, build_method
+from lengen.kernels import lse_attention
 
 D = 8
 ROPE = RopeSpec(rotary_dim=D, base=10000.0, train_length=32)
@@ -181,7 +182,7 @@ def layouts(T=40):
 
 @pytest.fixture(params=[True, False], ids=["fused", "matmul"])
 def fused(request, monkeypatch):
-    monkeypatch.setattr(blockwise, "USE_FUSED", request.param)
+    monkeypatch.setattr(lse_attention, "USE_FUSED", request.param)
     return request.param
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
 from lengen.extrapolation import RopeSpec, blockwise, build_method
+from lengen.kernels import lse_attention
 
 ROPE = RopeSpec(rotary_dim=16, base=10000.0, train_length=64)
 D = 16
@@ -89,7 +90,7 @@ def layouts(T=53, B=2):
 
 @pytest.fixture(params=[True, False], ids=["fused", "matmul"])
 def fused(request, monkeypatch):
-    monkeypatch.setattr(blockwise, "USE_FUSED", request.param)
+    monkeypatch.setattr(lse_attention, "USE_FUSED", request.param)
     return request.param
 
 
@@ -208,9 +209,9 @@ def test_remapping_changes_attention_beyond_the_window():
 @pytest.mark.parametrize("layout", ["arange", "irregular"])
 def test_no_quadratic_intermediate(spec, layout, fused, monkeypatch):
     T, block, chunk = 400, 32, 64
-    monkeypatch.setattr(blockwise, "KEY_CHUNK", chunk)
+    monkeypatch.setattr(lse_attention, "KEY_CHUNK", chunk)
     biggest = [0]
-    flash, matmul = blockwise._FLASH_CPU, blockwise._matmul_attention
+    flash, matmul = lse_attention._FLASH_CPU, lse_attention._matmul_attention
 
     def flash_spy(q, k, v, dropout, causal, attn_mask=None, scale=None):
         if attn_mask is not None:
@@ -221,8 +222,8 @@ def test_no_quadratic_intermediate(spec, layout, fused, monkeypatch):
         biggest[0] = max(biggest[0], q.shape[-2] * k.shape[-2])  # the score matrix per head
         return matmul(q, k, v, scale, mask)
 
-    monkeypatch.setattr(blockwise, "_FLASH_CPU", flash_spy)
-    monkeypatch.setattr(blockwise, "_matmul_attention", matmul_spy)
+    monkeypatch.setattr(lse_attention, "_FLASH_CPU", flash_spy)
+    monkeypatch.setattr(lse_attention, "_matmul_attention", matmul_spy)
     pos = torch.arange(T)[None] if layout == "arange" else torch.arange(0, 2 * T, 2)[None]
     q, k, v = qkv(B=1, H=2, T=T)
     build_method(spec, ROPE).attend(q, k, v, pos, pos)

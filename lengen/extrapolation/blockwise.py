@@ -10,9 +10,7 @@ The remapping methods (ReRoPE, Leaky ReRoPE, Self-Extend, Lambda-mask / sinks) a
 
 RoPE expresses a relative position only through one rotation per token, so a naive version
 computes two full score matrices and selects. Here the pairs are split into *pieces*, each one
-attention call returning its output o and log-sum-exp lse, merged exactly:
-
-  lse = logsumexp_p lse_p,   o = sum_p exp(lse_p - lse) o_p.
+attention call returning its output and log-sum-exp, merged exactly (lengen.kernels.lse_attention).
 
 Banded path (contiguous positions: keys c..c+Tk-1, queries the last Tq of them; prefill, chunked
 prefill and decoding). Query row r is key index p0 + r (p0 = Tk - Tq):
@@ -25,9 +23,8 @@ General path (any positions, e.g. randomized or per-batch): query blocks x key b
 by their position ranges (entirely near, entirely far, mixed, or empty); consecutive key blocks of
 one kind are one unmasked piece, only mixed ones get an elementwise mask. Memory O(T d + block T).
 
-Pieces run through torch's fused CPU flash kernel, which returns the log-sum-exp
-(`aten._scaled_dot_product_flash_attention_for_cpu`: not a public API, looked up at import), and
-otherwise (other devices, or USE_FUSED = False) through matmul + softmax in key chunks.
+Pieces run through torch's fused CPU flash kernel where it applies, else matmul + softmax
+(lengen.kernels.lse_attention).
 """
 
 from __future__ import annotations
@@ -35,64 +32,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# Fused CPU kernel that returns (output, logsumexp); None when this torch lacks it.
-try:
-    _FLASH_CPU = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-except (AttributeError, RuntimeError):  # pragma: no cover - older or stripped torch builds
-    _FLASH_CPU = None
-USE_FUSED = True       # tests switch this off to check the matmul path
-KEY_CHUNK = 2048       # key chunk of the matmul path: memory [B, H, block_q, KEY_CHUNK]
+from lengen.kernels.lse_attention import (accumulation_dtype, attention_with_lse, fused_applies,
+                                          fused_with_lse, merge)
 
 NONE, MASKED, FULL = 0, 1, 2  # how a key block relates to a query block, per score kind
-
-
-def attention_with_lse(q, k, v, scale: float, mask: torch.Tensor | None = None):
-    """Softmax attention of q [B,H,Tq,d] over k, v [B,H,S,d] with an optional bool mask
-    [B|1,1,Tq,S] (True = attend). Returns (o [B,H,Tq,d], lse [B,H,Tq] float32, or float64 for
-    float64 inputs); rows without any allowed key give o = 0, lse = -inf."""
-    if USE_FUSED and _FLASH_CPU is not None and q.device.type == "cpu":
-        additive = None
-        if mask is not None:
-            additive = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
-        o, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=additive, scale=scale)
-        lse = lse.to(_acc(q.dtype))
-        if mask is not None:  # the kernel reports lse = 0 for fully masked rows
-            lse = lse.masked_fill(~mask.any(-1), float("-inf"))
-        return o, lse
-    pieces = []
-    for c in range(0, k.shape[-2], KEY_CHUNK):
-        sub = None if mask is None else mask[..., c:c + KEY_CHUNK]
-        keys = slice(c, c + KEY_CHUNK)
-        pieces.append(_matmul_attention(q, k[..., keys, :], v[..., keys, :], scale, sub))
-    return merge(pieces, q.dtype)
-
-
-def _acc(dtype):
-    """Accumulation dtype: float32 for half types, else the input's (float64 stays float64)."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _matmul_attention(q, k, v, scale, mask):
-    acc = _acc(q.dtype)
-    s = torch.matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    m = s.amax(-1, keepdim=True)
-    p = torch.exp(s - m.nan_to_num(neginf=0.0))  # rows with no key: exp(-inf) = 0
-    l = p.sum(-1, keepdim=True)
-    o = torch.matmul(p, v.to(acc)) / l.clamp_min(1e-30)
-    return o.to(q.dtype), (m + l.log()).squeeze(-1)
-
-
-def merge(pieces, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact softmax over the union of disjoint key sets from per-piece (o, lse)."""
-    if len(pieces) == 1:
-        return pieces[0]
-    lse = torch.stack([p[1] for p in pieces])                 # [P, B, H, Tq]
-    total = torch.logsumexp(lse, dim=0)
-    weight = torch.exp(lse - total).nan_to_num(0.0)           # -inf - -inf rows: no key anywhere
-    out = sum(w[..., None].to(_acc(dtype)) * o.to(_acc(dtype)) for w, (o, _) in zip(weight, pieces))
-    return out.to(dtype), total
 
 
 def two_piece_attention(
@@ -123,7 +66,7 @@ def _banded(q_near, k_near, q_far, k_far, v, p0, w, scale, n_far, block):
     B, H, Tq, d = q_near.shape
     Tk = k_near.shape[-2]
     far_o = q_near.new_zeros(B, H, Tq, v.shape[-1])
-    far_lse = torch.full((B, H, Tq), float("-inf"), dtype=_acc(q_near.dtype), device=q_near.device)
+    far_lse = torch.full((B, H, Tq), float("-inf"), dtype=accumulation_dtype(q_near.dtype), device=q_near.device)
     seen_by_all = max(0, p0 - w)             # keys [0, seen_by_all): far for every row
     first_row = max(0, w - p0)               # rows before it have no far key
     k_hi = min(Tk - w, n_far)                # keys far for the last row
@@ -169,9 +112,8 @@ def _band_mask(cache, shift, rows, cols, w, dtype, device):
 def _causal_with_lse(q, k, v, scale, block):
     """Top-left causal attention (row t sees keys 0..t) with its log-sum-exp. Without the fused
     kernel: per row block, the keys before it unmasked plus a small triangular mask."""
-    if USE_FUSED and _FLASH_CPU is not None and q.device.type == "cpu":
-        o, lse = _FLASH_CPU(q, k, v, 0.0, True, scale=scale)
-        return o, lse.to(_acc(q.dtype))
+    if fused_applies(q):
+        return fused_with_lse(q, k, v, scale, causal=True)
     Tq, Tk = q.shape[-2], k.shape[-2]
     outs = []
     for s in range(0, Tq, block):
@@ -191,9 +133,8 @@ def _causal_with_lse(q, k, v, scale, block):
 
 def _fused_or_matmul(q, k, v, scale, mask):
     allowed, additive = mask
-    if USE_FUSED and _FLASH_CPU is not None and q.device.type == "cpu":
-        o, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=additive, scale=scale)
-        return o, lse.to(_acc(q.dtype))  # every row of a band sees at least its own key
+    if fused_applies(q):   # every row of a band sees at least its own key: no empty row
+        return fused_with_lse(q, k, v, scale, additive=additive)
     return attention_with_lse(q, k, v, scale, allowed)
 
 

@@ -39,7 +39,7 @@ import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
 from lengen.extrapolation.base import ExtrapolationMethod, sequence_length
-from lengen.extrapolation.blockwise import attention_with_lse, merge
+from lengen.kernels.lse_attention import attention_with_lse, merge
 from lengen.extrapolation.remap import constant_positions
 
 NONE, PART, FULL = 0, 1, 2

@@ -13,7 +13,7 @@ logit scale, the positions and two predicates near(p_i, p_j, b, j) / far(p_i, p_
   pass 1 = flex_attention(q_near, k_near, v, block_mask = causal & near)
   pass 2 = flex_attention(q_far,  k_far,  v, block_mask = causal & far)
 
-each returning its log-sum-exp, merged exactly (`lengen.extrapolation.blockwise.merge`: rows where
+each returning its log-sum-exp, merged exactly (`lengen.kernels.lse_attention.merge`: rows where
 a pass has no key have lse = -inf and weight 0). `create_block_mask` keeps, per pass, only the
 (128 x 128) blocks with an allowed pair, so the two passes together touch about the blocks of one
 causal attention (plus the blocks the near band's edge crosses, which both passes visit). fp16 /
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from lengen.kernels.lse_attention import merge
 
 log = logging.getLogger("lengen.kernels")
 
@@ -124,8 +126,6 @@ class TwoPiece:
 
 def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
     """The merged two-pass attention [B, H, Tq, dv]."""
-    from lengen.extrapolation.blockwise import merge
-
     near_mask, far_mask = block_masks(pieces)
     outs = [_flex(pieces.q_near, pieces.k_near, v, near_mask, pieces.scale)]
     if far_mask is not None:
