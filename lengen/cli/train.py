@@ -8,7 +8,8 @@ from pathlib import Path
 from lengen.cli.options import add_device_arguments, format_table, options_from_args, set_threads
 from lengen.models.config import ARCHITECTURES
 from lengen.training.config import TrainConfig
-from lengen.training.options import TRAIN_OPTIONS, check_given_options, config_from_options
+from lengen.training.config import TRAIN_OPTIONS
+from lengen.training.options import check_given_options, config_from_options
 
 EPILOG = """examples:
   # the seed paper's experiment on one task: standard vs randomized RoPE

@@ -23,7 +23,7 @@ import pandas as pd
 
 from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
 from lengen.tasks import TASK_NAMES, get_task
-from lengen.training.options import options_not_read
+from lengen.training.config import options_not_read
 
 #: columns that are never part of a variant
 NOT_VARIANT = {"run_id", "task", "lr", "seed", "score", "accuracy_in_train_range", "seconds", "train_seconds",

@@ -10,7 +10,8 @@ import json
 
 from lengen import io
 from lengen.sweeps.sweep_dir import SweepDir
-from lengen.training.options import TRAIN_OPTIONS, option_values
+from lengen.training.config import TRAIN_OPTIONS
+from lengen.training.options import option_values
 
 RESULTS = "results.csv"
 ACCURACY = "accuracy_by_length.csv"

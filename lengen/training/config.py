@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.models.config import ARCHITECTURES, LM_RUN, ModelConfig, not_applicable, run_config_from_dict
-from lengen.options import check_finite_fields
+from lengen.options import check_finite_fields, get_path
 
 
 @dataclass
@@ -69,9 +69,48 @@ class TrainConfig:
             raise LengenError(f"grad-clip must be > 0, got {self.grad_clip}")
         check_precision(self.precision)
         if self.model.architecture in ARCHITECTURES:
-            from lengen.training.options import inapplicable_options
-
             unread = inapplicable_options(self)
             if unread:
                 raise LengenError(not_applicable(self.model.architecture, [n.replace("_", "-") for n in unread]))
         self.model.validate()
+
+
+# option name (the flag without dashes, underscores) -> TrainConfig path ("model." = ModelConfig)
+TRAIN_OPTIONS = {
+    "task": "task", "pe": "model.pe", "pe_options": "model.pe_options", "positions": "positions",
+    "position_options": "position_options", "test_positions": "test_positions", "steps": "steps",
+    "batch_size": "batch_size", "train_length": "train_length", "max_length": "max_length",
+    "eval_samples": "eval_samples", "lr": "lr", "seed": "seed", "checkpoint_every": "checkpoint_every",
+    "log_every": "log_every", "max_position": "model.max_position", "layers": "model.num_layers",
+    "heads": "model.num_heads", "d_model": "model.d_model", "d_ff": "model.d_ff",
+    "dropout": "model.dropout", "norm": "model.norm", "logit_scale": "model.logit_scale",
+    "key_norm": "model.key_norm", "grad_clip": "grad_clip", "device": "device", "precision": "precision",
+    "model": "model.architecture", "hidden_size": "model.hidden_size",
+    "memory_cell_size": "model.memory_cell_size", "memory_size": "model.memory_size",
+}
+#: the run's options that set the Transformer's positions (no recurrent model reads them)
+_POSITION_OPTIONS = ("positions", "position_options", "test_positions")
+
+
+def options_not_read(architecture: str) -> list[str]:
+    """The options (TRAIN_OPTIONS names) that a model of `architecture` ignores: the Transformer's
+    and its positions' for a recurrent model, the recurrent sizes for the Transformer."""
+    cfg = ModelConfig(architecture=architecture)
+    model_fields = cfg.fields_not_read()
+    return [name for name, path in TRAIN_OPTIONS.items()
+            if (path.startswith("model.") and path[6:] in model_fields)
+            or (cfg.recurrent and name in _POSITION_OPTIONS)]
+
+
+def inapplicable_options(cfg: TrainConfig) -> list[str]:
+    """Options of `cfg` set away from their default that its model does not read (positions
+    "standard" and test positions "standard" count as the default: they change nothing)."""
+    default = TrainConfig().to_dict()
+    d = cfg.to_dict()
+    harmless = {"test_positions": (None, "standard")}
+    out = []
+    for name in options_not_read(cfg.model.architecture):
+        value, path = get_path(d, TRAIN_OPTIONS[name]), TRAIN_OPTIONS[name]
+        if value != get_path(default, path) and value not in harmless.get(name, ()):
+            out.append(name)
+    return out

@@ -15,7 +15,7 @@ class CHEKind(SweepKind):
                     "log_every", "precision", "device")
 
     def options(self) -> list[str]:
-        from lengen.training.options import TRAIN_OPTIONS
+        from lengen.training.config import TRAIN_OPTIONS
 
         return sorted((set(TRAIN_OPTIONS) - {"device"}) | {"preset"})
 
@@ -30,7 +30,8 @@ class CHEKind(SweepKind):
         return coerce_option(name, value)
 
     def config(self, options: dict, grid_keys: frozenset = frozenset()):
-        from lengen.training.options import config_from_options, options_not_read
+        from lengen.training.config import options_not_read
+        from lengen.training.options import config_from_options
 
         options = dict(options)
         if "model" in grid_keys:
