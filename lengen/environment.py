@@ -7,6 +7,7 @@ distributions' metadata, so nothing optional (transformers, Ray) is imported to 
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 from importlib import metadata
@@ -29,6 +30,7 @@ def version_of(distribution: str) -> str | None:
         return None
 
 
+@functools.cache   # once per process: a run's records all name the code that started it
 def git_commit() -> str | None:
     """The commit of the lengen checkout in use (with "+changes" when its files differ from it),
     or None when lengen was not imported from a git checkout."""
@@ -84,3 +86,16 @@ def one_line() -> str:
     return (f"lengen {info['lengen']}{commit}, torch {info['torch']} "
             f"(CUDA {info['torch_cuda_build'] or 'none'}; GPUs: {info['cuda_devices'] or 'none'}), "
             f"transformers {info['transformers'] or 'not installed'}, Python {info['python']}")
+
+
+def run_environment(device=None) -> dict:
+    """What a run's numbers were computed with, kept in its records (eval.json): lengen and its
+    commit, Python, torch and its CUDA build, the device (and the GPU's name), and torch's CPU
+    thread count, which changes results on the CPU (float sums split differently across threads)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    info = {"lengen": lengen.__version__, "lengen_commit": git_commit(), "python": platform.python_version(),
+            "torch": torch.__version__, "torch_cuda_build": torch.version.cuda, "device": str(device),
+            "threads": torch.get_num_threads()}
+    if device.type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info

@@ -63,3 +63,27 @@ def test_the_commit_is_the_checkout_head(capsys):
                           text=True, check=True).stdout.strip()
     info = json.loads(run_cli(capsys, "env", "--json")[1])
     assert head.startswith(info["lengen_commit"].removesuffix("+changes"))
+
+
+TINY_TRAIN = ["--task", "parity_check", "--steps", "4", "--batch-size", "8", "--train-length", "3",
+              "--max-length", "5", "--eval-samples", "8", "--layers", "1", "--heads", "2", "--d-model", "8",
+              "--d-ff", "16", "--checkpoint-every", "2", "--log-every", "2", "--no-progress", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_runs_record_names_its_thread_count_device_and_versions(tmp_path, threads):
+    """The CPU thread count changes a run's numbers (docs/results.md), so eval.json records it,
+    with the device, torch and the lengen commit that computed them."""
+    out = tmp_path / "run"
+    before = torch.get_num_threads()
+    try:
+        assert main(["train", *TINY_TRAIN, "--threads", str(threads), "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    env = json.loads((out / "eval.json").read_text())["environment"]
+    assert env["threads"] == threads and env["device"] == "cpu" and env["torch"] == torch.__version__
+    assert env["lengen"] == lengen.__version__ and env["python"] == platform.python_version()
+    if (ROOT / ".git").exists():
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        assert head.startswith(env["lengen_commit"].removesuffix("+changes"))

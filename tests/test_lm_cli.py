@@ -37,6 +37,7 @@ def test_train_writes_the_run_dir(tmp_path, capsys):
     assert "validation perplexity" in text and "unigram" in text
     # the two perplexities lengen reports measure different text, and both say which
     assert "most start mid-document" in ev["val_measured_on"] and "mid-document" in text
+    assert ev["environment"]["device"] == "cpu" and ev["environment"]["threads"] >= 1
 
 
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch):

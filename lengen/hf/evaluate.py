@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 from lengen import io
 from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
 from lengen.devices import check_precision, precision_context, resolve_device
+from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import is_plain
 from lengen.hf.arch import inspect_model
@@ -219,7 +219,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
             "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
             "device": str(device), "transformers": transformers.__version__,
-            "torch": torch.__version__, "python": platform.python_version()}
+            "environment": run_environment(device)}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
     bar = progress_bar(len(todo), "hf eval", disable=not progress or not todo, unit="length")

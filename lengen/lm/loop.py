@@ -23,6 +23,7 @@ import torch
 
 from lengen import io
 from lengen.devices import restore_rng_state, rng_state
+from lengen.environment import run_environment
 from lengen.progress import progress_bar
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.run_dir import RunDir
@@ -132,6 +133,7 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
     last = session.metrics[-1] if session.metrics else {}
     record = {**objective.validate(), "steps": session.step, "parameters": model.num_parameters(),
               **objective.describe, "corpus": corpus.summary(), "train_loss": last.get("loss"),
-              "train_seconds": round(train_seconds, 3)}
+              "train_seconds": round(train_seconds, 3),
+              "environment": run_environment(next(model.parameters()).device)}
     io.write_json(session.run.file(EVAL_FILE), record)
     return record

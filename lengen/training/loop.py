@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from lengen import io
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
+from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
@@ -197,6 +198,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
         "accuracy_by_length": {str(n): a for n, a in acc.items()},
         "device": str(device), "precision": cfg.precision,
         "eval_seconds": round(time.perf_counter() - start, 3),
+        "environment": run_environment(device),
     }
     if train_seconds is not None:
         record["train_seconds"] = train_seconds
