@@ -61,15 +61,17 @@ def cuda_devices() -> list[str]:
     return found
 
 
+def _code() -> dict:
+    """The code a result came from: lengen and its commit, Python, torch and its CUDA build."""
+    return {"lengen": lengen.__version__, "lengen_commit": git_commit(), "python": platform.python_version(),
+            "torch": torch.__version__, "torch_cuda_build": torch.version.cuda}
+
+
 def describe() -> dict:
     """Everything above as a flat dict of strings (None: not installed / not available)."""
     info = {
-        "lengen": lengen.__version__,
-        "lengen_commit": git_commit(),
-        "python": platform.python_version(),
+        **_code(),
         "platform": platform.platform(),
-        "torch": torch.__version__,
-        "torch_cuda_build": torch.version.cuda,
         "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
         "cuda_devices": "; ".join(cuda_devices()) or None,
         "torch_threads": str(torch.get_num_threads()),
@@ -93,9 +95,7 @@ def run_environment(device=None) -> dict:
     commit, Python, torch and its CUDA build, the device (and the GPU's name), and torch's CPU
     thread count, which changes results on the CPU (float sums split differently across threads)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
-    info = {"lengen": lengen.__version__, "lengen_commit": git_commit(), "python": platform.python_version(),
-            "torch": torch.__version__, "torch_cuda_build": torch.version.cuda, "device": str(device),
-            "threads": torch.get_num_threads()}
+    info = {**_code(), "device": str(device), "threads": torch.get_num_threads()}
     if device.type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

@@ -77,8 +77,7 @@ def side_venv(label: str, requirement: str) -> Path:
         made = run([sys.executable, "-m", "venv", venv])
         if made.returncode:
             fail(f"could not create {venv}: {made.stdout.strip()[-300:]}")
-    held = ROOT / "build" / "hf-compat" / "held-constraints.txt"
-    held.parent.mkdir(parents=True, exist_ok=True)
+    held = LOGS / "held-constraints.txt"
     held.write_text("".join(f"{n}=={v}\n" for n, v in pins().items() if n in HELD))
     pip = [python, "-m", "pip", "install", "--quiet", "--constraint", held]
     steps = [[*pip, "torch"], [*pip, "--upgrade", "-e", ".[dev,hf]", requirement]]

@@ -41,8 +41,7 @@ def run(args) -> int:
     check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
     if command == "lm":
         return _run_lm(args.sweep_dir, out)
-    sweep_dir = args.sweep_dir
-    rep = build_report(sweep_dir, out)
+    rep = build_report(args.sweep_dir, out)
     print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")
     print(markdown(rep["table1"]))
     if rep["missing"]:
@@ -52,7 +51,7 @@ def run(args) -> int:
         if g["measured"] is not None:
             print(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
                   f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
-    _say_outside(sweep_dir)
+    _say_outside(args.sweep_dir)
     print(f"report: {out}/index.html")
     return 0
 
@@ -75,7 +74,7 @@ def _say_outside(sweep_dir) -> None:
     from lengen.sweeps.sweep_dir import SweepDir
 
     sweep = SweepDir(sweep_dir)
-    outside = sweep.outside(r["run_id"] for r in sweep.read_index()["runs"])
+    outside = sweep.outside()
     if outside:
         print(f"{len(outside)} runs in {sweep.path / 'runs'} are not in the sweep's grid (an earlier sweep "
               f"file's; kept in history/) and not in these tables: `lengen sweep status` lists them")

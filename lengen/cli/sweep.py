@@ -173,7 +173,7 @@ def prune(args) -> int:
 
     sweep = SweepDir(args.dir)
     index = sweep.read_index()
-    outside = sweep.outside(r["run_id"] for r in index["runs"])
+    outside = sweep.outside()
     if not outside:
         print(f"sweep {index['name']}: every run directory is in the grid; nothing to prune")
         return 0

@@ -103,22 +103,32 @@ class EvalSettings:
             raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
 
 
+_LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
+
+
+def _load_kwargs(settings: EvalSettings) -> dict:
+    return {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
+
+
+def _reason(e: Exception) -> str:
+    return " ".join(str(e).split())[:300] or type(e).__name__   # the whole reason, on one line
+
+
 def load_tokenizer(settings: EvalSettings):
     """The model folder's tokenizer alone (cheap: for checks before the model loads)."""
     from transformers import AutoTokenizer
 
-    kwargs = {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
     try:
-        return AutoTokenizer.from_pretrained(settings.model_path, **kwargs)
-    except (OSError, ValueError, KeyError, ImportError) as e:
-        text = " ".join(str(e).split())[:300] or type(e).__name__
-        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {text}") from None
+        return AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
+    except _LOAD_ERRORS as e:
+        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {_reason(e)}") from None
 
 
-def load(settings: EvalSettings):
-    """(model, tokenizer) from a local folder, offline; LengenError when it cannot be loaded."""
+def load(settings: EvalSettings, tokenizer=None):
+    """(model, tokenizer) from a local folder, offline; LengenError when it cannot be loaded.
+    `tokenizer`: one already loaded by load_tokenizer."""
     try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
     folder = Path(settings.model_path)
@@ -127,17 +137,13 @@ def load(settings: EvalSettings):
     if not settings.gguf_file and not (folder / "config.json").exists():
         raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
                           "written by save_pretrained, or a GGUF file with --gguf-file")
-    kwargs = {"local_files_only": True}
-    if settings.gguf_file:
-        kwargs["gguf_file"] = settings.gguf_file
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(settings.model_path, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
             settings.model_path, dtype=getattr(torch, settings.dtype),
-            attn_implementation=settings.attn, **kwargs)
-    except (OSError, ValueError, KeyError, ImportError) as e:
-        text = " ".join(str(e).split())[:300] or type(e).__name__  # the whole reason, on one line
-        raise LengenError(f"cannot load a model from {settings.model_path}: {text}") from None
+            attn_implementation=settings.attn, **_load_kwargs(settings))
+    except _LOAD_ERRORS as e:
+        raise LengenError(f"cannot load a model from {settings.model_path}: {_reason(e)}") from None
     return model.eval(), tokenizer
 
 
@@ -203,11 +209,13 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     todo = [(m, n) for n in settings.lengths for m in settings.methods if (m, n) not in done]
     seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
+    tokenizer = None
     if settings.protocol in ("passkey", "ruler") and todo and Path(settings.model_path).is_dir():
         # lengths where no prompt fits the tokenizer: refused before the model loads
-        check_prompts_fit(settings.protocol, load_tokenizer(settings).encode, sorted({n for _, n in todo}),
+        tokenizer = load_tokenizer(settings)
+        check_prompts_fit(settings.protocol, tokenizer.encode, sorted({n for _, n in todo}),
                           settings.tasks or (), settings.seed)
-    model, tokenizer = load(settings)
+    model, tokenizer = load(settings, tokenizer)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method

@@ -144,13 +144,15 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         if not isinstance(values, list) or not values:
             errors.append(f"grid.{key}: must be a non-empty list (a single value goes under `fixed`)")
             continue
-        coerced = [_coerce(kind, name, v, f"grid.{key}[{i}]", errors) for i, v in enumerate(values)]
-        for i, v in enumerate(coerced):
-            if v is not _INVALID and v in coerced[:i]:
-                errors.append(f"grid.{key}[{i}]: {values[i]!r} is listed twice (the same run twice)")
-        grid[name] = [v for i, v in enumerate(coerced) if v is not _INVALID and v not in coerced[:i]]
-        if not grid[name]:
-            del grid[name]
+        kept = []
+        for i, raw in enumerate(values):
+            v = _coerce(kind, name, raw, f"grid.{key}[{i}]", errors)
+            if v is not _INVALID and v in kept:
+                errors.append(f"grid.{key}[{i}]: {raw!r} is listed twice (the same run twice)")
+            elif v is not _INVALID:
+                kept.append(v)
+        if kept:
+            grid[name] = kept
     fixed: dict = {}
     for key, value in fixed_in.items():
         name = _option_name(kind, key, f"fixed.{key}", errors)

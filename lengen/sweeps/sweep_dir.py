@@ -122,17 +122,17 @@ class SweepDir:
         except OSError:
             return None
 
-    def outside(self, run_ids) -> list[str]:
-        """Run directories under runs/ that are not among `run_ids` (the grid in force): runs of
-        an earlier version of the sweep file."""
-        known = set(run_ids)
+    def outside(self, run_ids=None) -> list[str]:
+        """Run directories under runs/ that are not among `run_ids` (default: the index's runs, the
+        grid in force): runs of an earlier version of the sweep file."""
+        known = set(run_ids if run_ids is not None else (r["run_id"] for r in self.read_index()["runs"]))
         found = self.path / "runs"
         return sorted(p.name for p in found.iterdir() if p.is_dir() and p.name not in known) \
             if found.is_dir() else []
 
     def remove_run(self, run_id: str) -> None:
         """Delete a run's directory and its state and log files."""
-        shutil.rmtree(self.run_path(run_id), ignore_errors=False)
+        shutil.rmtree(self.run_path(run_id))
         for kind in ("lock", "progress.json", "failure.json"):
             self.state_file(run_id, kind).unlink(missing_ok=True)
         self.log_file(run_id).unlink(missing_ok=True)
