@@ -11,8 +11,11 @@ import torch
 
 from guards import interrupt_on_call
 from lengen import kernels
+from lengen.encodings import ENCODINGS
+from lengen.encodings.base import PositionalEncoding, relative_distance
 from lengen.errors import LengenError
 from lengen.io import load_torch
+from lengen.kernels import model_stack
 from lengen.models import ModelConfig
 from lengen.training import group
 from lengen.training.config import TrainConfig
@@ -125,8 +128,60 @@ def test_group_equals_solo_through_vmapped_sdpa(tmp_path, monkeypatch, pe, model
     # The path CUDA takes: torch's SDPA under vmap (there its fused kernels batch over the models;
     # here vmap loops over them). Learned biases (T5, FIRE, Kerple) cannot take it on the CPU:
     # torch's CPU SDPA has no gradient for the bias under vmap.
-    monkeypatch.setattr(group, "sdpa_batches_models", lambda device: True)
+    monkeypatch.setattr(model_stack, "sdpa_batches_models", lambda device: True)
     cfgs = [tiny(pe, seed, lr, model=model) for seed, lr in SEEDS_LRS[:2]]
+    assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))
+
+
+@pytest.mark.parametrize("pe", ALL_ENCODINGS)
+def test_group_with_dropout_equals_solo_runs(tmp_path, pe):
+    # each member draws its dropout masks from its own stream, as it would alone (mask, then
+    # x * mask / (1 - p)); the third member does not drop at all
+    cfgs = [tiny(pe, seed, lr, model={"dropout": p}) for (seed, lr), p in zip(SEEDS_LRS, (0.1, 0.3, 0.0))]
+    assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))
+
+
+def test_group_with_dropout_resumed_alone_continues_as_one_run(tmp_path):
+    # a member's checkpoint carries its own dropout stream: `train` continues it to the same weights
+    cfg = tiny("alibi", 1, 1e-3, steps=20, checkpoint_every=10, model={"dropout": 0.2}, positions="randomized")
+    train_group([cfg, tiny("alibi", 2, 1e-3, steps=20, checkpoint_every=10, model={"dropout": 0.2},
+                           positions="randomized")], [tmp_path / "g0", tmp_path / "g1"], progress=False)
+    longer = TrainConfig.from_dict({**cfg.to_dict(), "steps": 30})
+    train(longer, tmp_path / "g0", progress=False)
+    train(longer, tmp_path / "solo", progress=False)
+    assert max(weight_diffs(tmp_path / "g0", tmp_path / "solo").values()) <= 1e-4
+
+
+class _TestOnlyEncoding(PositionalEncoding):
+    """Registered by the test below only: all four hooks and parameters of its own (a learned
+    absolute table, a learned per-head scale on q, a learned per-head distance slope), to show a
+    new encoding trains grouped without any change to the group trainer."""
+
+    accepts_float_positions = False
+    relative = False
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.table = torch.nn.Embedding(cfg.max_position, cfg.d_model)
+        self.q_gain = torch.nn.Parameter(1 + 0.1 * torch.randn(cfg.num_layers, cfg.num_heads))
+        self.slope = torch.nn.Parameter(0.1 * torch.rand(cfg.num_layers, cfg.num_heads))
+
+    def embed(self, x, pos):
+        return x + self.table(pos)
+
+    def prepare(self, pos_q, pos_k):
+        return relative_distance(pos_q, pos_k).abs()
+
+    def transform_qk(self, layer, state, q, k):
+        return q * self.q_gain[layer][:, None, None], k
+
+    def bias(self, layer, dist):
+        return -self.slope[layer][:, None, None] * dist
+
+
+def test_an_encoding_added_the_usual_way_trains_grouped(tmp_path, monkeypatch):
+    monkeypatch.setitem(ENCODINGS._items, "test_only", _TestOnlyEncoding)
+    cfgs = [tiny("test_only", seed, lr, model={"dropout": 0.1}) for seed, lr in SEEDS_LRS]
     assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))
 
 

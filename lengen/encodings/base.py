@@ -31,6 +31,10 @@ class PositionalEncoding(nn.Module):
     accepts_float_positions: bool = True
     #: whether the encoding attends only through relative positions (shift invariant)
     relative: bool = False
+    #: parameters kept in [min, max] (None: open) by projecting them in place before each
+    #: forward pass, a projected-gradient constraint (KERPLE); `project` applies it, and a stack
+    #: of models trained together applies it to the stacked weights (lengen.training.group)
+    bounds: dict[str, tuple[float | None, float | None]] = {}
 
     @property
     def position_table_size(self) -> int | None:
@@ -58,6 +62,13 @@ class PositionalEncoding(nn.Module):
     @property
     def name(self) -> str:
         return getattr(self, "registry_name", type(self).__name__)
+
+    def project(self) -> None:
+        """Clamp the `bounds` parameters into their domain, in place: not part of the graph."""
+        with torch.no_grad():  # not .data: this also runs on stacked weights under vmap
+            for name, (lo, hi) in self.bounds.items():
+                p = getattr(self, name)
+                p.copy_(p.clamp(min=lo, max=hi))  # clamp_ has no batching rule under vmap
 
     # -- hooks (defaults: do nothing) ---------------------------------------------------------
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

@@ -33,10 +33,10 @@ class _Kerple(PositionalEncoding):
         for name, (hi, _, _) in self.PARAMS.items():
             self.register_parameter(name, nn.Parameter(torch.rand(cfg.num_layers, sides, cfg.num_heads) * hi))
 
-    def project(self) -> None:
-        # Through .data, as the official code: the clamp is a projection, not part of the graph.
-        for name, (_, lo, hi) in self.PARAMS.items():
-            getattr(self, name).data.clamp_(min=lo, max=hi)
+    @property
+    def bounds(self):
+        # the official code clamps through .data: a projection, not part of the graph
+        return {name: (lo, hi) for name, (_, lo, hi) in self.PARAMS.items()}
 
     def param(self, name: str, layer: int, dist: torch.Tensor) -> torch.Tensor:
         """The per-pair parameter, [1|B, H, Tq, Tk] or [H, 1, 1]: future keys use side 1."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from lengen.kernels.small_attention import attention
+from lengen.kernels.small_attention import attention, sdpa
 
 
 class _PerModelAttention(torch.autograd.Function):
@@ -65,3 +65,15 @@ def stacked_attention(q, k, v, bias=None, causal=False, scale=None):
     if scale is None:
         scale = q.shape[-1] ** -0.5
     return _PerModelAttention.apply(q, k, v, bias, bool(causal), float(scale))
+
+
+def sdpa_batches_models(device) -> bool:
+    """Whether torch's SDPA runs a vmapped stack of models as one batch: its fused CUDA kernels
+    have batching rules; its CPU kernel has none (and no gradient for a learned bias under vmap)."""
+    return torch.device(device).type == "cuda"
+
+
+def attention_for_stack(device):
+    """The attention a vmapped stack of models runs through on `device`: SDPA where it batches
+    the models (CUDA), `stacked_attention` (the fused kernel per model) elsewhere."""
+    return sdpa if sdpa_batches_models(device) else stacked_attention

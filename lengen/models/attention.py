@@ -3,11 +3,17 @@ through lengen.kernels.attention: a fused CPU kernel for small head dims where i
 scaled_dot_product_attention otherwise (an additive bias goes in as attn_mask).
 
 Attention variants (ModelConfig.logit_scale, ModelConfig.key_norm) apply in training and
-evaluation alike; see lengen/models/logit_scaling.py."""
+evaluation alike; see lengen/models/logit_scaling.py.
+
+The same modules serve one model and a stack of models trained together (lengen.training.group
+runs this forward under torch.func.vmap over stacked weights): a stack member's forward carries a
+`StackMember` in its context, with the key padding of its sequence, its real key count and the
+attention kernel that works under vmap."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +28,34 @@ from lengen.models.logit_scaling import logit_scale_factor
 
 
 @dataclass
+class StackMember:
+    """One model of a stack trained together (lengen.training.group), seen from inside vmap. Its
+    sequence is padded at the end to the stack's longest: padded keys get -inf (no real query sees
+    them, and they get no gradient) and log-n scaling counts the real keys. `dropout_keep` holds
+    the member's dropout masks, drawn outside vmap from its own stream (lengen.models.dropout)."""
+
+    key_bias: torch.Tensor                # [Tk]: 0 for a real key, -inf for padding
+    real_keys: torch.Tensor               # 0-d: how many keys are real
+    attention: Callable                   # lengen.kernels.model_stack.stacked_attention or sdpa
+    #: bool keep masks, one per dropout call of the forward in call order (None: no dropout),
+    #: and the 0-d factor 1 / (1 - p) that rescales what is kept
+    dropout_keep: list[torch.Tensor] | None = None
+    dropout_scale: torch.Tensor | None = None
+
+    def dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """x with this member's next dropout mask applied (Dropout.forward's stack path)."""
+        if self.dropout_keep is None:
+            return x
+        if not self.dropout_keep:
+            raise RuntimeError("the forward called dropout more often than the stack planned masks for")
+        keep = self.dropout_keep.pop(0)
+        if keep.shape != x.shape:
+            raise RuntimeError(f"dropout mask {tuple(keep.shape)} drawn for an input {tuple(x.shape)}: "
+                               "the stack plans one [B, T, d_model] mask per dropout call")
+        return x * (keep.to(x.dtype) * self.dropout_scale)
+
+
+@dataclass
 class AttentionContext:
     """What every layer of one forward pass shares."""
 
@@ -29,6 +63,7 @@ class AttentionContext:
     pos_q: torch.Tensor            # [B|1, Tq]
     pos_k: torch.Tensor            # [B|1, Tk]
     causal: bool
+    stack: StackMember | None = None  # set when this forward is one model of a vmapped stack
 
 
 def head_views(qkv: torch.Tensor, heads: int):
@@ -42,8 +77,12 @@ class _SplitHeads(torch.autograd.Function):
     undo the permute; this one writes each straight into its place in one buffer."""
 
     @staticmethod
-    def forward(ctx, qkv, heads):
+    def forward(qkv, heads):
         return head_views(qkv, heads)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
@@ -52,6 +91,14 @@ class _SplitHeads(torch.autograd.Function):
         for i, g in enumerate((gq, gk, gv)):
             grad[:, :, i].copy_(g.transpose(1, 2))
         return grad.view(B, T, 3 * H * hd), None
+
+    @staticmethod
+    def vmap(info, in_dims, qkv, heads):
+        # a stack of models [N, B, T, C]: the same split on [N*B, T, C], this Function's backward included
+        x = qkv.movedim(in_dims[0], 0)
+        N, B, T, C = x.shape
+        q, k, v = _SplitHeads.apply(x.reshape(N * B, T, C), heads)
+        return tuple(t.view(N, B, *t.shape[1:]) for t in (q, k, v)), (0, 0, 0)
 
 
 def split_heads(qkv: torch.Tensor, heads: int):
@@ -72,10 +119,11 @@ class SelfAttention(nn.Module):
     def project(self, x: torch.Tensor):
         return split_heads(self.qkv(x), self.cfg.num_heads)  # each [B, H, T, hd]
 
-    def scaled_qk(self, q, k, pos_q, transform=None):
+    def scaled_qk(self, q, k, pos_q, transform=None, keys=None):
         """(q, k, scale) with the model's attention variants applied: key norm (unit keys and no
         1/sqrt(d), Su 2023), then `transform(q, k)` (an encoding's q/k hook), then logit scaling
-        (a factor on the scale, or per query on q). The one implementation, shared by `attend`,
+        (a factor on the scale, or per query on q) for `keys` keys (default: all of k; a 0-d
+        tensor for a padded stack member). The one implementation, shared by `attend`,
         `attention_probs` and the decoder's RoPE-method path (lengen.lm.attention)."""
         cfg = self.cfg
         scale = 1.0 / math.sqrt(cfg.head_dim)
@@ -84,7 +132,7 @@ class SelfAttention(nn.Module):
             scale = 1.0
         if transform is not None:
             q, k = transform(q, k)
-        factor = logit_scale_factor(cfg, pos_q, k.shape[-2])
+        factor = logit_scale_factor(cfg, pos_q, k.shape[-2] if keys is None else keys)
         if factor is not None:
             if isinstance(factor, torch.Tensor):
                 q = q * factor.to(q.dtype)  # per-query factor, [B|1, 1, Tq, 1]
@@ -94,18 +142,25 @@ class SelfAttention(nn.Module):
 
     def _logit_inputs(self, q, k, ctx: AttentionContext):
         """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
-        causal mask; `attend` and `attention_probs` both go through it."""
-        pe = self.pe[0]
-        q, k, scale = self.scaled_qk(q, k, ctx.pos_q, lambda q, k: pe.transform_qk(self.layer, ctx.pe_state, q, k))
+        causal mask; `attend` and `attention_probs` both go through it. A stack member's padded
+        keys are in the bias (-inf)."""
+        pe, stack = self.pe[0], ctx.stack
+        q, k, scale = self.scaled_qk(q, k, ctx.pos_q, lambda q, k: pe.transform_qk(self.layer, ctx.pe_state, q, k),
+                                     keys=None if stack is None else stack.real_keys)
         bias = pe.bias(self.layer, ctx.pe_state)
         if bias is not None:
             bias = bias.to(q.dtype)
+        if stack is not None:
+            padding = stack.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
+            bias = padding if bias is None else bias + padding
         return q, k, scale, bias
 
     def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
         q, k, scale, bias = self._logit_inputs(q, k, ctx)
-        # the fused small-head-dim CPU kernel where it applies, torch SDPA otherwise (lengen.kernels)
-        return kernels.attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
+        # the fused small-head-dim CPU kernel where it applies, torch SDPA otherwise (lengen.kernels);
+        # a stack member: the kernel that works under vmap (lengen.kernels.model_stack)
+        attention = kernels.attention if ctx.stack is None else ctx.stack.attention
+        return attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
 
     def attention_probs(self, q, k, ctx: AttentionContext) -> torch.Tensor:
         """The attention probabilities [B, H, Tq, Tk] that `attend` applies to v, in float32, for

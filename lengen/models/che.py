@@ -8,6 +8,7 @@ import math
 import torch
 from torch import nn
 
+from lengen.models.attention import StackMember
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer
 
@@ -30,8 +31,17 @@ class CHEModel(nn.Module):
         tokens = torch.cat([inputs, empty], dim=1)
         if positions is None:
             positions = torch.arange(tokens.shape[1], device=inputs.device)[None]
-        h = self.encoder(self.embed(tokens) * self.embed_scale, positions)
-        return self.readout(h[:, L:])
+        return self.readout(self.hidden(tokens, positions)[:, L:])
+
+    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, stack: StackMember | None = None):
+        """The encoder's output [B, T, d] for the whole sequence `tokens` [B, T]."""
+        return self.encoder(self.embed(tokens) * self.embed_scale, positions, stack)
+
+    def padded_logits(self, tokens, positions, readout_index, stack: StackMember):
+        """Logits [B, O, V] at the positions `readout_index` [O] of a sequence padded at the end
+        ([input, EMPTY output slots, padding]): one model of a stack trained together
+        (lengen.training.group calls it under vmap, each member with its own readout positions)."""
+        return self.readout(self.hidden(tokens, positions, stack).index_select(1, readout_index))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -49,19 +49,24 @@ def keys_per_query(tq: int, tk: int, causal: bool, device=None) -> torch.Tensor:
     return torch.arange(tk - tq + 1, tk + 1, dtype=torch.float32, device=device)
 
 
-def logit_scale_factor(cfg, pos_q: torch.Tensor, n: int):
-    """None (no change), a float multiplying the softmax scale, or a per-query tensor
-    [1, 1, Tq, 1] multiplying the queries. `pos_q` [B|1, Tq] gives Tq and the device; `n` is
-    the number of keys."""
+def logit_scale_factor(cfg, pos_q: torch.Tensor, n):
+    """None (no change), a float multiplying the softmax scale, or a tensor multiplying the
+    queries (per query [1, 1, Tq, 1], or 0-d). `pos_q` [B|1, Tq] gives Tq and the device; `n` is
+    the number of keys: an int, or a 0-d tensor counting the real keys of a sequence padded at the
+    end (a model of a stack trained together: the padding follows every real key, so a causal
+    query t still sees t + 1 keys)."""
     mode = cfg.logit_scale
     if mode == "none":
         return None
     m = cfg.train_tokens
-    if mode == "log_n":
-        return log_ratio(n, m)
-    if mode == "log_n_clipped":
-        return max(1.0, log_ratio(n, m))
-    if mode == "log_n_position":
-        counts = keys_per_query(pos_q.shape[-1], n, cfg.causal, pos_q.device)
+    counted = isinstance(n, torch.Tensor)
+    if mode == "log_n_position" and (cfg.causal or not counted):
+        tk = pos_q.shape[-1] if counted else n  # padded: the stack's queries are all its keys
+        counts = keys_per_query(pos_q.shape[-1], tk, cfg.causal, pos_q.device)
         return log_ratio(counts, m).clamp(min=1.0)[None, None, :, None]
+    ratio = log_ratio(n, m)
+    if mode == "log_n":
+        return ratio
+    if mode in ("log_n_clipped", "log_n_position"):  # a bidirectional query sees every key
+        return ratio.clamp(min=1.0) if counted else max(1.0, ratio)
     raise LengenError(f"unknown logit_scale {mode!r}")

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from lengen.encodings import build_encoding
-from lengen.models.attention import AttentionContext, SelfAttention
+from lengen.models.attention import AttentionContext, SelfAttention, StackMember
 from lengen.models.config import ModelConfig
 from lengen.models.dropout import Dropout
 from lengen.models.logit_scaling import check_logit_scale
@@ -20,19 +20,24 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        self.drop = Dropout(cfg.dropout)
+        # one module per dropout call: a stack of models plans one mask per module (training.group)
+        self.attn_drop = Dropout(cfg.dropout)
+        self.ff_drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        s = ctx.stack
         if self.pre_norm:
-            x = x + self.drop(self.attn(self.norm1(x), ctx))
-            return x + self.drop(self.ff(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attn(x, ctx)))
-        return self.norm2(x + self.drop(self.ff(x)))
+            x = x + self.attn_drop(self.attn(self.norm1(x), ctx), s)
+            return x + self.ff_drop(self.ff(self.norm2(x)), s)
+        x = self.norm1(x + self.attn_drop(self.attn(x, ctx), s))
+        return self.norm2(x + self.ff_drop(self.ff(x), s))
 
 
 class Transformer(nn.Module):
     """Embeddings in, hidden states out. `pos` is [1, T] or [B, T], integer or float. `attention`
-    is the attention module of every block (a SelfAttention subclass: the LM's DecoderAttention)."""
+    is the attention module of every block (a SelfAttention subclass: the LM's DecoderAttention).
+    `stack`: this forward is one model of a vmapped stack (lengen.training.group), which checks the
+    positions itself, outside vmap (a check that reads values cannot run under vmap)."""
 
     def __init__(self, cfg: ModelConfig, attention: type[SelfAttention] = SelfAttention):
         super().__init__()
@@ -44,15 +49,16 @@ class Transformer(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.drop = Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, stack: StackMember | None = None) -> torch.Tensor:
         if pos.dim() == 1:
             pos = pos.unsqueeze(0)
         if pos.shape[-1] != x.shape[1] or pos.shape[0] not in (1, x.shape[0]):
             raise ValueError(f"positions {tuple(pos.shape)} do not match the input {tuple(x.shape[:2])}")
         pos = pos.to(x.device)
-        self.pe.check_positions(pos)
-        x = self.drop(self.pe.embed(x, pos))
-        ctx = AttentionContext(self.pe.prepare(pos, pos), pos, pos, self.cfg.causal)
+        if stack is None:
+            self.pe.check_positions(pos)
+        x = self.drop(self.pe.embed(x, pos), stack)
+        ctx = AttentionContext(self.pe.prepare(pos, pos), pos, pos, self.cfg.causal, stack)
         for block in self.blocks:
             x = block(x, ctx)
         return self.final_norm(x)

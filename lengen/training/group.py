@@ -1,13 +1,18 @@
 """Train N CHE models of one task, encoding, sampler and shapes at once: stacked weights [N, ...],
-one forward and one backward per step for all N (torch.func.vmap over the model), each model with
-what `lengen train` would give it alone.
+one forward and one backward per step for all N, each model with what `lengen train` would give
+it alone. The forward is the model's own (CHEModel.padded_logits, through the same attention,
+encoding hooks and logit scaling) run by torch.func.functional_call under vmap over the stacked
+weights; this module holds only what is about groups: the stack, the buckets, the padding, the
+stacked Adam and clipping, the dropout plan and the loop.
 
 Each model keeps its own initial weights (built with its seed exactly as `train` builds them),
 data stream and positions (its own numpy and torch generators, drawn in the same order as
 `train_step`), learning rate, Adam state (Adam is elementwise: a stacked Adam with a per-model
 learning rate is the N Adams), gradient clipping (the global norm of *that model's* gradient),
-dropout rate and masks, checkpoint, metrics and evaluation. With dropout 0 the weights equal
-those of `train` up to float rounding; with dropout the masks are other draws of the same law.
+dropout rate and dropout stream, checkpoint, metrics and evaluation. On the CPU the weights equal
+those of `train` up to float rounding, with dropout or without (each member draws the masks it
+would draw alone, from its own generator); on CUDA grouped dropout masks are other draws of the
+same law.
 
 Models draw different lengths at the same step, so each step splits the models into a few
 buckets of similar length (plan_buckets: the least padded work, each bucket paying for its own
@@ -26,7 +31,6 @@ interrupted group resumes each model from its checkpoint. Members already traine
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import Counter
 from pathlib import Path
@@ -37,19 +41,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from lengen.devices import precision_context, resolve_device
+from lengen.devices import precision_context, resolve_device, restore_rng_state
 from lengen.errors import LengenError
-from lengen.kernels.model_stack import stacked_attention
-from lengen.kernels.small_attention import sdpa
-from lengen.models.attention import AttentionContext, SelfAttention, head_views
+from lengen.kernels.model_stack import attention_for_stack
+from lengen.models.attention import StackMember
 from lengen.models.che import CHEModel
-from lengen.models.dropout import Dropout
-from lengen.models.logit_scaling import keys_per_query
+from lengen.models.dropout import Dropout, bernoulli_keep_mask
+from lengen.options import flatten
 from lengen.progress import progress_bar
 from lengen.training.config import TrainConfig
-from lengen.training.loop import Window, restore_run_rng, run_rng_state, evaluate_run, reusable_eval
+from lengen.training.loop import Window, evaluate_run, restore_run_rng, reusable_eval, run_rng_state
 from lengen.training.optim import fused_optimizer_ok
-from lengen.options import flatten
 from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingDiverged, TrainingSession
 from lengen.training.setup import RunParts, build_run, total_length
@@ -97,120 +99,24 @@ def check_groupable(cfgs: list[TrainConfig]) -> None:
                           "train recurrent models one at a time (lengen train)")
 
 
-# -- the vmapped model ------------------------------------------------------------------------------
+# -- the stack ------------------------------------------------------------------------------------
 
-class _GroupContext(AttentionContext):
-    def __init__(self, pe_state, pos, causal, key_bias, n_keys):
-        super().__init__(pe_state, pos, pos, causal)
-        self.key_bias = key_bias  # [Tk]: 0 for real keys, -inf for padding
-        self.n_keys = n_keys      # 0-d float: this model's real sequence length
-
-
-def _logit_factor(cfg, n_keys: torch.Tensor, tq: int, device):
-    """logit_scale_factor with the real key count (a tensor under vmap): None or a tensor
-    multiplying q, [Tq, 1] or 0-d."""
-    mode, m = cfg.logit_scale, cfg.train_tokens
-    if mode == "none":
-        return None
-    if mode == "log_n_position" and cfg.causal:  # query t sees t + 1 keys, padding or not
-        counts = keys_per_query(tq, tq, True, device)
-        return (torch.log(counts) / math.log(m)).clamp(min=1.0)[:, None]
-    ratio = torch.log(n_keys.float().clamp(min=1.0)) / math.log(m)
-    return ratio if mode == "log_n" else ratio.clamp(min=1.0)
-
-
-class _GroupAttention(SelfAttention):
-    """SelfAttention for one model inside vmap: plain views for the heads (the _SplitHeads
-    Function has no vmap rule), a key-padding bias and log-n scaling on real keys. The attention
-    itself: on CUDA torch's SDPA, whose fused kernels fold the model axis into the batch;
-    elsewhere lengen.kernels' attention once per model (lengen.kernels.model_stack: vmap cannot
-    see into the fused CPU kernel, and torch's CPU SDPA has no batching rule)."""
-
-    def project(self, x):
-        return head_views(self.qkv(x), self.cfg.num_heads)
-
-    def attend(self, q, k, v, ctx):
-        cfg, pe = self.cfg, self.pe[0]
-        scale = 1.0 / math.sqrt(cfg.head_dim)
-        if cfg.key_norm:
-            k = F.normalize(k, dim=-1)
-            scale = 1.0
-        q, k = pe.transform_qk(self.layer, ctx.pe_state, q, k)
-        factor = _logit_factor(cfg, ctx.n_keys, q.shape[-2], q.device)
-        if factor is not None:
-            q = q * factor.to(q.dtype)
-        bias = pe.bias(self.layer, ctx.pe_state)
-        mask = ctx.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
-        bias = mask if bias is None else bias.to(q.dtype) + mask
-        if sdpa_batches_models(q.device):
-            return sdpa(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
-        return stacked_attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
-
-
-def sdpa_batches_models(device) -> bool:
-    """Whether torch's SDPA runs a vmapped stack of models as one batch: its fused CUDA kernels
-    have batching rules; its CPU kernel has none (and no gradient for a learned bias under vmap)."""
-    return device.type == "cuda"
-
-
-class _GroupDropout(nn.Module):
-    """Dropout whose rate is a buffer, so each model of the stack gets its own (vmap draws
-    different masks per model)."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.register_buffer("p", torch.tensor(float(p)))
-        self.active = True
-
-    def forward(self, x):
-        if not self.training or not self.active:
-            return x
-        keep = (torch.rand_like(x) >= self.p).to(x.dtype)
-        return x * keep / (1.0 - self.p)
-
-
-class _GroupForward(nn.Module):
-    """One model's forward on a padded sequence (CHEModel.forward + Transformer.forward with a
-    key mask); its parameters are supplied stacked through functional_call under vmap."""
+class _PaddedLogits(nn.Module):
+    """functional_call runs a module's forward: this one's is the model's own padded_logits."""
 
     def __init__(self, model: CHEModel):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens, pos, key_bias, n_keys, out_idx):
-        m = self.model
-        enc = m.encoder
-        x = enc.drop(enc.pe.embed(m.embed(tokens) * m.embed_scale, pos))
-        ctx = _GroupContext(enc.pe.prepare(pos, pos), pos, enc.cfg.causal, key_bias, n_keys)
-        for block in enc.blocks:
-            x = block(x, ctx)
-        return m.readout(enc.final_norm(x).index_select(1, out_idx))
+    def forward(self, tokens, pos, readout_index, stack: StackMember):
+        return self.model.padded_logits(tokens, pos, readout_index, stack)
 
-
-def _template(model: CHEModel, dropout_active: bool) -> _GroupForward:
-    t = copy.deepcopy(model)
-    for module in list(t.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, Dropout):
-                d = _GroupDropout(child.p)
-                d.active = dropout_active
-                setattr(module, name, d)
-        if type(module) is SelfAttention:
-            module.__class__ = _GroupAttention
-    pe = t.encoder.pe
-    for block in t.encoder.blocks:
-        block.attn.pe = [pe]
-    if hasattr(pe, "project"):  # Kerple projects its parameters in place: done on the stack instead
-        pe.project = lambda: None
-    return _GroupForward(t)
-
-
-# -- the stack ------------------------------------------------------------------------------------
 
 class _Stack:
-    """Stacked parameters, Adam state and per-model hyperparameters of N models."""
+    """Stacked parameters, Adam state, per-model hyperparameters and dropout streams of N models;
+    their forward is the first model's own (CHEModel.padded_logits) under vmap over the stack."""
 
-    def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], device):
+    def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], dropout_gens, device):
         self.models, self.cfgs, self.device = models, cfgs, device
         self.n = len(models)
         self.names = [n for n, _ in models[0].named_parameters()]
@@ -221,33 +127,63 @@ class _Stack:
         self.adam_step = 0
         self.lr = torch.tensor([c.lr for c in cfgs], dtype=torch.float32, device=device)
         self.clip = torch.tensor([c.grad_clip for c in cfgs], dtype=torch.float32, device=device)
-        drop = [c.model.dropout for c in cfgs]
-        self.forward = _template(models[0], any(p > 0 for p in drop)).to(device)
-        self.drop_p = {f"model.{n}": torch.tensor(drop, dtype=torch.float32, device=device)
-                       for n, b in self.forward.model.named_buffers() if n.endswith(".p")
-                       and isinstance(self.forward.model.get_submodule(n[:-2]), _GroupDropout)}
-        pe = models[0].encoder.pe
-        self.projections = [(f"encoder.pe.{name}", lo, hi) for name, (_, lo, hi) in getattr(pe, "PARAMS", {}).items()]
-        self.vmapped = vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, 0), randomness="different")
+        self.forward = _PaddedLogits(models[0])
+        self.pe = models[0].encoder.pe
+        self.attention = attention_for_stack(device)
+        self.dropout = [c.model.dropout for c in cfgs]
+        self.dropout_gens = dropout_gens
+        # the model calls each Dropout module once per forward (checked in _one)
+        self.dropout_calls = sum(isinstance(m, Dropout) for m in models[0].modules())
+        self.d_model = cfgs[0].model.d_model
 
-    def _one(self, params, drop_p, tokens, pos, key_bias, n_keys, out_idx):
+    def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
+        member = StackMember(key_bias, n_keys, self.attention, None if keep is None else list(keep.unbind(0)), scale)
         named = {f"model.{n}": p for n, p in params.items()}
-        named.update(drop_p)
-        return functional_call(self.forward, named, (tokens, pos, key_bias, n_keys, out_idx))
+        logits = functional_call(self.forward, named, (tokens, pos, out_idx, member))
+        if member.dropout_keep:
+            raise RuntimeError(f"the forward used {self.dropout_calls - len(member.dropout_keep)} of the "
+                               f"{self.dropout_calls} planned dropout masks")
+        return logits
+
+    def dropout_masks(self, members: list[int], totals: list[int], batch: int, T: int):
+        """Bool keep masks [M, calls, B, T, d_model] and factors 1/(1 - p) [M] of the members, or
+        (None, None) when none of them drops. On the CPU each member draws from its own generator
+        exactly what its forward would draw alone (bernoulli_keep_mask, call by call, at its real
+        length; its padding keeps everything); on CUDA one draw serves the stack (one model alone
+        draws through F.dropout there, whose stream no other kernel reproduces)."""
+        rates = [self.dropout[i] for i in members]
+        if not any(rates):
+            return None, None
+        M, S, D = len(members), self.dropout_calls, self.d_model
+        scale = torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32, device=self.device)
+        if self.device.type == "cuda":
+            p = torch.tensor(rates, device=self.device).view(M, 1, 1, 1, 1)
+            return torch.rand((M, S, batch, T, D), device=self.device) >= p, scale
+        keep = torch.ones((M, S, batch, T, D), dtype=torch.bool)
+        for j, (i, t, p) in enumerate(zip(members, totals, rates)):
+            if p > 0:
+                for call in range(S):
+                    keep[j, call, :, :t] = bernoulli_keep_mask((batch, t, D), p, self.dropout_gens[i])
+        return keep, scale
 
     def project(self):
-        with torch.no_grad():  # Kerple's projection, as its prepare() does before every forward
-            for name, lo, hi in self.projections:
-                self.params[name].clamp_(min=lo, max=hi)
+        """The encoding's parameter bounds on the whole stack, as its forward projects them (a
+        bucket of members runs on a copy of their rows, so the stack itself is projected here)."""
+        with torch.no_grad():
+            for name, (lo, hi) in self.pe.bounds.items():
+                self.params[f"encoder.pe.{name}"].clamp_(min=lo, max=hi)
 
-    def __call__(self, tokens, pos, key_bias, n_keys, out_idx, members: torch.Tensor | None = None):
+    def __call__(self, tokens, pos, key_bias, n_keys, out_idx, keep=None, scale=None,
+                 members: torch.Tensor | None = None):
         """Logits [M, B, O, V] of the models `members` (indices into the stack; None: all N) on
         their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
-        params, drop_p = self.params, self.drop_p
+        params = self.params
         if members is not None:
             params = {n: p.index_select(0, members) for n, p in params.items()}
-            drop_p = {n: p.index_select(0, members) for n, p in drop_p.items()}
-        return self.vmapped(params, drop_p, tokens, pos, key_bias, n_keys, out_idx)
+        self.pe.check_positions(pos)  # outside vmap: the check reads values
+        drop = 0 if keep is not None else None
+        return vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, drop, drop))(
+            params, tokens, pos, key_bias, n_keys, out_idx, keep, scale)
 
     def train(self, flag: bool = True):
         self.forward.train(flag)
@@ -399,9 +335,11 @@ def group_step(stack: _Stack, parts: list[RunParts], cfgs: list[TrainConfig], rn
     for members in plan:
         tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = _pad(
             [draws[i] for i in members], parts[0].model.empty_token, device)
+        keep, scale = stack.dropout_masks(members, [totals[i] for i in members], tokens.shape[1], tokens.shape[2])
         rows = torch.tensor(members, device=device)
         with precision_context(cfgs[0].precision, device):
-            logits = stack(tokens, pos, key_bias, n_keys, out_idx, None if len(members) == N else rows)  # [M, B, O, V]
+            logits = stack(tokens, pos, key_bias, n_keys, out_idx, keep, scale,
+                           None if len(members) == N else rows)  # [M, B, O, V]
         M, B, O, V = logits.shape
         ce = F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1), reduction="none").view(M, B, O)
         bucket_loss = (ce * weight).sum((1, 2))
@@ -432,10 +370,13 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
     if buckets is not None and buckets < 1:
         raise LengenError(f"buckets must be at least 1, not {buckets}")
     device = resolve_device(cfgs[0].device)
-    parts = []
+    parts, dropout_gens = [], []
     for cfg in cfgs:
         torch.manual_seed(cfg.seed)  # as train(): the seed fixes the initial weights
         parts.append(build_run(cfg))
+        # train() draws its CPU dropout masks from the global generator as it stands now
+        dropout_gens.append(torch.Generator())
+        dropout_gens[-1].set_state(torch.get_rng_state())
     sessions = [TrainingSession(RunDir(out), cfg.to_dict(), TrainConfig.IDENTITY, cfg.steps,
                                 normalize=lambda saved, out=out: TrainConfig.from_dict(saved, where=str(out)).to_dict())
                 for cfg, out in zip(cfgs, outs)]
@@ -451,6 +392,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
         ckpt = session.restore(model, optimizers[i])
         if ckpt is not None:
             restore_run_rng(ckpt["rng"], rngs[i], gens[i], device)
+            dropout_gens[i].set_state(ckpt["rng"]["torch"])
             windows[i] = Window(ckpt["window"])
         ckpts.append(ckpt)
     steps = cfgs[0].steps
@@ -462,8 +404,8 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
                           "one at a time (lengen train) or group members at one step")
 
     if active:
-        _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts,
-                       device, progress, buckets)
+        _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, dropout_gens, windows,
+                       ckpts, device, progress, buckets)
     # each member's training time, read before any member is evaluated (the members trained
     # together; a member evaluated later must not count the evaluations before it)
     trained = [session.elapsed() for session in sessions]
@@ -474,7 +416,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
             records.append({})
             continue
         if ckpts[i] is None and cfg.steps == 0:
-            session.save(models[i], optimizers[i], rng=run_rng_state(rngs[i], gens[i], device),
+            session.save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
                          window=windows[i].state())
         if session.step == session.resumed_at:
             previous = reusable_eval(session.run, cfg, part.test_mode, device, session.step)
@@ -488,16 +430,22 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
     return records
 
 
-def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, windows, ckpts, device,
-                   progress, buckets):
+def _member_rng(np_rng, gen, dropout_gen, device) -> dict:
+    """A member's random streams as `train` checkpoints them: its own dropout generator is the
+    CPU stream `train` would continue from."""
+    return {**run_rng_state(np_rng, gen, device), "torch": dropout_gen.get_state()}
+
+
+def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, dropout_gens, windows, ckpts,
+                   device, progress, buckets):
     sub = [cfgs[i] for i in active]
-    stack = _Stack([models[i] for i in active], sub, device)
+    stack = _Stack([models[i] for i in active], sub, [dropout_gens[i] for i in active], device)
     start = sessions[active[0]].step
     for j, i in enumerate(active):
         if ckpts[i] is not None:
             stack.restack(j, optimizers[i], start)
-    if ckpts[active[0]] is not None:  # the group's dropout stream continues from the first member's
-        torch.set_rng_state(ckpts[active[0]]["rng"]["torch"])
+    if ckpts[active[0]] is not None:  # on CUDA the group's one dropout stream continues from the first member's
+        restore_rng_state(ckpts[active[0]]["rng"], device)
     cfg = sub[0]
     sums = [torch.zeros(len(active), device=device), torch.zeros(len(active), dtype=torch.int64, device=device),
             torch.zeros(len(active), dtype=torch.int64, device=device)]
@@ -543,7 +491,7 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
                 if getattr(sessions[i], "diverged", None):
                     continue
                 stack.unstack(j, optimizers[i])
-                sessions[i].save(models[i], optimizers[i], rng=run_rng_state(rngs[i], gens[i], device),
+                sessions[i].save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
                                  window=window_state(j))
     bar.close()
     for j, i in enumerate(active):
