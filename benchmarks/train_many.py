@@ -25,7 +25,8 @@ from lengen.formats import format_table
 from lengen.devices import resolve_device
 from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
-from lengen.training.group import _Stack, bucket_overhead, group_step
+from lengen.training.group_step import bucket_overhead, group_step
+from lengen.training.stack import ModelStack
 from lengen.training.loop import train_step
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.setup import build_run
@@ -88,7 +89,8 @@ def time_group(args, pe, n, device, buckets: str):
         torch.manual_seed(cfg.seed)
         parts.append(build_run(cfg))
     base = reset_peak(device)
-    stack = _Stack([p.model.to(device) for p in parts], cfgs, device)
+    stack = ModelStack([p.model.to(device) for p in parts], cfgs,
+                       [torch.Generator().manual_seed(c.seed) for c in cfgs], device)
     stack.train(True)
     rngs = [np.random.default_rng(c.seed) for c in cfgs]
     gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]

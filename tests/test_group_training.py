@@ -18,10 +18,12 @@ from lengen.io import load_torch
 from lengen.kernels import model_stack
 from lengen.models import ModelConfig
 from lengen.training import group
+from lengen.training.group_step import plan_buckets
 from lengen.training.config import TrainConfig
 from lengen.training.group import train_group
 from lengen.training.loop import evaluate_run, load_trained, train
 from lengen.training.run_dir import RunDir
+from lengen.training.setup import build_run
 
 ALL_ENCODINGS = ["none", "sincos", "learned", "relative", "alibi", "rope", "t5", "kerple_log", "kerple_power",
                  "sandwich", "fire", "fire_shared"]
@@ -60,7 +62,7 @@ def weight_diffs(a_dir, b_dir):
 def outputs(run_dir, cfg):
     """The model's logits on fixed batches of every length 1..max_length."""
     model = load_trained(RunDir(run_dir), cfg).model.eval()
-    parts_task = group.build_run(cfg).task
+    parts_task = build_run(cfg).task
     rng = np.random.default_rng(99)
     out = []
     with torch.no_grad():
@@ -290,7 +292,7 @@ def test_bucket_plan_is_the_least_padded_split(seed):
     totals = [int(t) for t in rng.integers(2, 20, size=int(rng.integers(1, 8)))]
     for k in (1, 2, 3, 8):
         for overhead in (0.0, 2.5, 30.0):
-            plan = group.plan_buckets(totals, k, overhead)
+            plan = plan_buckets(totals, k, overhead)
             assert sorted(m for b in plan for m in b) == list(range(len(totals)))  # each member once
             assert 1 <= len(plan) <= k and all(plan)
             cost = sum(len(b) * max(totals[m] for m in b) + overhead for b in plan)
@@ -301,12 +303,12 @@ def test_bucket_plan_hand_example():
     # lengths 4, 4, 10, 12 (members 0..3 in another order): one bucket pads all to 12 (48);
     # two: {4, 4} + {10, 12} = 8 + 24 = 32; three or more: 8 + 10 + 12 = 30
     totals = [12, 4, 10, 4]
-    assert group.plan_buckets(totals, 1) == [[0, 1, 2, 3]]
-    assert group.plan_buckets(totals, 2) == [[1, 3], [0, 2]]
-    assert group.plan_buckets(totals, 3) == group.plan_buckets(totals, 9) == [[1, 3], [2], [0]]
+    assert plan_buckets(totals, 1) == [[0, 1, 2, 3]]
+    assert plan_buckets(totals, 2) == [[1, 3], [0, 2]]
+    assert plan_buckets(totals, 3) == plan_buckets(totals, 9) == [[1, 3], [2], [0]]
     # 3 per bucket: 48 + 3 = 51, 32 + 6 = 38, 30 + 9 = 39 -> two; 20 per bucket: one (68 vs 72)
-    assert group.plan_buckets(totals, 9, overhead=3) == [[1, 3], [0, 2]]
-    assert group.plan_buckets(totals, 9, overhead=20) == [[0, 1, 2, 3]]
+    assert plan_buckets(totals, 9, overhead=3) == [[1, 3], [0, 2]]
+    assert plan_buckets(totals, 9, overhead=20) == [[0, 1, 2, 3]]
 
 
 @pytest.mark.parametrize("pe", ["rope", "t5"])
@@ -345,8 +347,6 @@ def test_group_on_cuda_matches_solo_on_cuda(tmp_path, pe, buckets):
 def test_a_members_training_time_excludes_the_others_evaluations(tmp_path, monkeypatch):
     """The members train together, so each reports about the same training seconds; the ones
     evaluated later must not count the earlier members' evaluations (each made 0.4 s slower here)."""
-    import lengen.training.group as group
-
     real = group.evaluate_run
 
     def slow_evaluation(*args, **kwargs):

@@ -1,0 +1,163 @@
+"""N CHE models of one shape as one stack (lengen.training.group): their parameters stacked
+[N, ...], the stacked Adam and per-model gradient clipping, each member's dropout plan, and the
+forward, which is the model's own (CHEModel.padded_logits) run by torch.func.functional_call under
+vmap over the stacked weights, each member carrying a models.attention.StackMember."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from lengen.kernels.model_stack import attention_for_stack
+from lengen.models.attention import StackMember
+from lengen.models.che import CHEModel
+from lengen.models.dropout import Dropout, bernoulli_keep_mask
+from lengen.training.config import TrainConfig
+from lengen.training.optim import fused_optimizer_ok
+
+BETAS, EPS = (0.9, 0.999), 1e-8  # train()'s Adam
+
+
+class _PaddedLogits(nn.Module):
+    """functional_call runs a module's forward: this one's is the model's own padded_logits."""
+
+    def __init__(self, model: CHEModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, pos, readout_index, stack: StackMember):
+        return self.model.padded_logits(tokens, pos, readout_index, stack)
+
+
+class ModelStack:
+    """Stacked parameters, Adam state, per-model hyperparameters and dropout streams of N models;
+    their forward is the first model's own (CHEModel.padded_logits) under vmap over the stack."""
+
+    def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], dropout_gens, device):
+        self.models, self.cfgs, self.device = models, cfgs, device
+        self.n = len(models)
+        self.names = [n for n, _ in models[0].named_parameters()]
+        self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).to(device)
+                       .requires_grad_(True) for n in self.names}
+        self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.adam_step = 0
+        self.lr = torch.tensor([c.lr for c in cfgs], dtype=torch.float32, device=device)
+        self.clip = torch.tensor([c.grad_clip for c in cfgs], dtype=torch.float32, device=device)
+        self.forward = _PaddedLogits(models[0])
+        self.pe = models[0].encoder.pe
+        self.attention = attention_for_stack(device)
+        self.dropout = [c.model.dropout for c in cfgs]
+        self.dropout_gens = dropout_gens
+        # the model calls each Dropout module once per forward (checked in _one)
+        self.dropout_calls = sum(isinstance(m, Dropout) for m in models[0].modules())
+        self.d_model = cfgs[0].model.d_model
+
+    def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
+        member = StackMember(key_bias, n_keys, self.attention, None if keep is None else list(keep.unbind(0)), scale)
+        named = {f"model.{n}": p for n, p in params.items()}
+        logits = functional_call(self.forward, named, (tokens, pos, out_idx, member))
+        if member.dropout_keep:
+            raise RuntimeError(f"the forward used {self.dropout_calls - len(member.dropout_keep)} of the "
+                               f"{self.dropout_calls} planned dropout masks")
+        return logits
+
+    def dropout_masks(self, members: list[int], totals: list[int], batch: int, T: int):
+        """Bool keep masks [M, calls, B, T, d_model] and factors 1/(1 - p) [M] of the members, or
+        (None, None) when none of them drops. On the CPU each member draws from its own generator
+        exactly what its forward would draw alone (bernoulli_keep_mask, call by call, at its real
+        length; its padding keeps everything); on CUDA one draw serves the stack (one model alone
+        draws through F.dropout there, whose stream no other kernel reproduces)."""
+        rates = [self.dropout[i] for i in members]
+        if not any(rates):
+            return None, None
+        M, S, D = len(members), self.dropout_calls, self.d_model
+        scale = torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32, device=self.device)
+        if self.device.type == "cuda":
+            p = torch.tensor(rates, device=self.device).view(M, 1, 1, 1, 1)
+            return torch.rand((M, S, batch, T, D), device=self.device) >= p, scale
+        keep = torch.ones((M, S, batch, T, D), dtype=torch.bool)
+        for j, (i, t, p) in enumerate(zip(members, totals, rates)):
+            if p > 0:
+                for call in range(S):
+                    keep[j, call, :, :t] = bernoulli_keep_mask((batch, t, D), p, self.dropout_gens[i])
+        return keep, scale
+
+    def project(self):
+        """The encoding's parameter bounds on the whole stack, as its forward projects them (a
+        bucket of members runs on a copy of their rows, so the stack itself is projected here)."""
+        with torch.no_grad():
+            for name, (lo, hi) in self.pe.bounds.items():
+                self.params[f"encoder.pe.{name}"].clamp_(min=lo, max=hi)
+
+    def __call__(self, tokens, pos, key_bias, n_keys, out_idx, keep=None, scale=None,
+                 members: torch.Tensor | None = None):
+        """Logits [M, B, O, V] of the models `members` (indices into the stack; None: all N) on
+        their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
+        params = self.params
+        if members is not None:
+            params = {n: p.index_select(0, members) for n, p in params.items()}
+        self.pe.check_positions(pos)  # outside vmap: the check reads values
+        drop = 0 if keep is not None else None
+        return vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, drop, drop))(
+            params, tokens, pos, key_bias, n_keys, out_idx, keep, scale)
+
+    def train(self, flag: bool = True):
+        self.forward.train(flag)
+
+    @torch.no_grad()
+    def clip_and_step(self):
+        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam
+        (torch's update rule) with each model's learning rate."""
+        grads = [self.params[n].grad for n in self.names]
+        N = self.n
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(N, -1), dim=1) for g in grads])  # [K, N]
+        total = torch.linalg.vector_norm(norms, dim=0)
+        coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        self.adam_step += 1
+        b1, b2 = BETAS
+        bc1 = 1 - b1 ** self.adam_step
+        bc2_sqrt = math.sqrt(1 - b2 ** self.adam_step)
+        step_size = self.lr / bc1
+        for n, g in zip(self.names, grads):
+            shape = (N,) + (1,) * (g.dim() - 1)
+            g.mul_(coef.view(shape))
+            m, v, p = self.exp_avg[n], self.exp_avg_sq[n], self.params[n]
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / bc2_sqrt).add_(EPS)
+            p.sub_(step_size.view(shape) * m / denom)
+            p.grad = None
+
+    # -- per-model views (checkpoints, evaluation) ------------------------------------------------
+    def optimizer(self, i: int) -> torch.optim.Adam:
+        model = self.models[i]
+        return torch.optim.Adam(model.parameters(), lr=self.cfgs[i].lr, betas=BETAS, eps=EPS,
+                                fused=fused_optimizer_ok(model))
+
+    @torch.no_grad()
+    def unstack(self, i: int, optimizer: torch.optim.Adam | None = None) -> None:
+        """Model i's weights (and Adam state) from the stack into its CHEModel (and optimizer)."""
+        named = dict(self.models[i].named_parameters())
+        for n in self.names:
+            named[n].copy_(self.params[n][i])
+            if optimizer is not None and self.adam_step > 0:
+                optimizer.state[named[n]] = {
+                    "step": torch.tensor(float(self.adam_step), dtype=torch.float32),
+                    "exp_avg": self.exp_avg[n][i].clone(), "exp_avg_sq": self.exp_avg_sq[n][i].clone()}
+
+    @torch.no_grad()
+    def restack(self, i: int, optimizer: torch.optim.Adam, step: int) -> None:
+        """Model i's weights and Adam state (restored from its checkpoint) into the stack."""
+        named = dict(self.models[i].named_parameters())
+        for n in self.names:
+            p = named[n]
+            self.params[n][i].copy_(p)
+            state = optimizer.state.get(p)
+            if state:
+                self.exp_avg[n][i].copy_(state["exp_avg"])
+                self.exp_avg_sq[n][i].copy_(state["exp_avg_sq"])
+        self.adam_step = step
