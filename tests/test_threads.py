@@ -66,3 +66,35 @@ def test_train_threads_sets_torch_threads(tmp_path, monkeypatch):
                  "--eval-samples", "2", "--layers", "1", "--d-model", "8", "--heads", "2", "--d-ff", "8",
                  "--no-progress", "--device", "cpu", "--threads", "1", "--out", str(tmp_path / "r")]) == 0
     assert calls == [1]
+
+
+def _composite_layer_norm(self, x):
+    # LayerNorm from elementwise ops and per-row reductions: its parameter gradients are sums
+    # that torch reduces in the same order at any thread count, unlike the fused CPU kernel's
+    mu = x.mean(-1, keepdim=True)
+    var = (x - mu).pow(2).mean(-1, keepdim=True)
+    return (x - mu) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+def test_lengen_s_own_computations_do_not_depend_on_the_thread_count(tmp_path, monkeypatch):
+    """docs/results.md: a CHE run's numbers change with the CPU thread count only through torch's
+    fused LayerNorm backward. With it replaced, training (fused attention kernel, RoPE's
+    backward, dropout masks, fused Adam, clipping) gives the same bits on 1 and 2 threads."""
+    from lengen.io import load_torch
+    from lengen.models import ModelConfig
+    from lengen.training.config import TrainConfig
+    from lengen.training.loop import train
+
+    monkeypatch.setattr(torch.nn.LayerNorm, "forward", _composite_layer_norm)
+    model = ModelConfig(num_layers=2, num_heads=8, d_model=64, d_ff=256, dropout=0.1, pe="rope")
+    cfg = TrainConfig(task="reverse_string", model=model, steps=20, batch_size=64, train_length=20,
+                      max_length=21, lr=1e-3, device="cpu", checkpoint_every=20, log_every=10)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            train(cfg, tmp_path / f"t{threads}", progress=False, evaluate=False)
+    finally:
+        torch.set_num_threads(before)
+    one, two = (load_torch(tmp_path / f"t{t}" / "checkpoint.pt")["model"] for t in (1, 2))
+    assert all(torch.equal(one[k], two[k]) for k in one), [k for k in one if not torch.equal(one[k], two[k])]
