@@ -40,6 +40,8 @@ import torch
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
 from lengen.extrapolation.base import ExtrapolationMethod, sequence_length
 from lengen.kernels.lse_attention import attention_with_lse, merge
+from lengen.kernels import flex_remap
+from lengen.kernels.flex_remap import TwoPiece
 from lengen.extrapolation.remap import constant_positions
 
 NONE, PART, FULL = 0, 1, 2
@@ -90,8 +92,6 @@ class DualChunk(ExtrapolationMethod):
     def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
         """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap):
         near iff p_j <= p_i <= thr_j, far iff p_i > thr_j."""
-        from lengen.kernels.flex_remap import TwoPiece
-
         m = self.temperature(sequence_length(pos_q, pos_k))
 
         def rotate(x, pos):
@@ -109,8 +109,6 @@ class DualChunk(ExtrapolationMethod):
                         key=(self.name, str(self), m), key_extra=self.thresholds(pos_k))
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
-        from lengen.kernels import flex_remap
-
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out

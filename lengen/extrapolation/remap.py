@@ -24,6 +24,8 @@ import torch
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
 from lengen.extrapolation.base import ExtrapolationMethod
 from lengen.extrapolation.blockwise import two_piece_attention
+from lengen.kernels import flex_remap
+from lengen.kernels.flex_remap import TwoPiece
 
 
 def constant_positions(pos: torch.Tensor, value: float) -> torch.Tensor:
@@ -68,8 +70,6 @@ class RemapMethod(ExtrapolationMethod):
 
     def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
         """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap)."""
-        from lengen.kernels.flex_remap import TwoPiece
-
         def rotate(x, pos):
             return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
 
@@ -88,8 +88,6 @@ class RemapMethod(ExtrapolationMethod):
                         key_extra=self.far_key_mask(pos_k))
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
-        from lengen.kernels import flex_remap
-
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out

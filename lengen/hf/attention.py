@@ -31,6 +31,7 @@ def eager_function(attention_module: torch.nn.Module) -> Callable:
     """The model's own eager attention (it lives in its modeling file, not in the registry)."""
     fn = getattr(sys.modules.get(type(attention_module).__module__), "eager_attention_forward", None)
     if fn is None:
+        # transformers is optional (lengen[hf]): lengen.hf imports it on use
         from transformers.models.llama.modeling_llama import eager_attention_forward as fn
     return fn
 
@@ -46,6 +47,7 @@ def lengen_attention(module, query, key, value, attention_mask, scaling=None, dr
 
 def register() -> None:
     """Register lengen_eager / lengen_sdpa (idempotent; names stay registered, harmlessly)."""
+    # transformers is optional (lengen[hf]): lengen.hf imports it on use
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
@@ -57,6 +59,6 @@ def register() -> None:
 def base_function(implementation: str, attention_module: torch.nn.Module) -> Callable:
     if implementation == "eager":
         return eager_function(attention_module)
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS   # optional: imported on use
 
     return ALL_ATTENTION_FUNCTIONS[implementation]

@@ -24,9 +24,10 @@ from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
-from lengen.extrapolation import is_plain
+from lengen.extrapolation import RopeSpec, build_method, is_plain
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
+from lengen.progress import progress_bar
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
                               plot_metric, ruler_accuracy, write_csv)
 from lengen.protocols.fitting import check_prompts_fit
@@ -88,8 +89,6 @@ class EvalSettings:
 
     def check_methods(self) -> None:
         """Parse every spec before the (slow) model load, with a stand-in rotary spec."""
-        from lengen.extrapolation import RopeSpec, build_method
-
         for spec in self.methods:
             if not is_plain(spec):
                 build_method(spec, RopeSpec(rotary_dim=64, train_length=self.train_length or 4096))
@@ -116,7 +115,7 @@ def _reason(e: Exception) -> str:
 
 def load_tokenizer(settings: EvalSettings):
     """The model folder's tokenizer alone (cheap: for checks before the model loads)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer   # transformers is optional (lengen[hf]): imported on use
 
     try:
         return AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
@@ -128,7 +127,7 @@ def load(settings: EvalSettings, tokenizer=None):
     """(model, tokenizer) from a local folder, offline; LengenError when it cannot be loaded.
     `tokenizer`: one already loaded by load_tokenizer."""
     try:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM   # optional (lengen[hf]): imported on use
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
     folder = Path(settings.model_path)
@@ -193,8 +192,6 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     `previous` (an earlier result of the same settings, e.g. an interrupted run) supplies rows
     that are not computed again; its other rows are kept. `on_row(result)` is called after each
     new row, so a caller can save progress."""
-    from lengen.progress import progress_bar
-
     settings.check()
     device = resolve_device(settings.device)  # a missing GPU fails before the model is loaded
     key = comparable(settings)
@@ -220,7 +217,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
     train_length = settings.train_length or int(model.config.max_position_embeddings)
-    import transformers
+    import transformers   # optional, imported on use; loaded by now, for its version
 
     meta = {**asdict(settings), "settings": key, "metric": METRIC[settings.protocol],
             "train_length": train_length, "model_type": model.config.model_type,

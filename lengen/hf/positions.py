@@ -57,7 +57,7 @@ class _Pass:
 
 
 def _cache_class():
-    from transformers.cache_utils import Cache   # optional dependency: only lengen.hf imports this
+    from transformers.cache_utils import Cache   # transformers is optional: imported on use
 
     return Cache
 

@@ -17,10 +17,14 @@ import numpy as np
 import torch
 
 from lengen import io
+from lengen.devices import resolve_device
 from lengen.errors import LengenError
 from lengen.inspect.activations import PCA, block_outputs, fit_pca
 from lengen.inspect.attention import attention_maps, attention_modules, head_summaries
+from lengen.inspect.plots import plot_activations, plot_attention
+from lengen.positions import evaluation_sampler
 from lengen.training.config import TrainConfig
+from lengen.training.evaluation import length_generator
 from lengen.training.run_dir import RunDir
 from lengen.training.loop import load_trained
 from lengen.training.setup import RunParts, total_length
@@ -43,9 +47,6 @@ class Inspection:
     def sample(self, length: int, batch: int, seed: int):
         """(inputs [batch, length'], output_length, positions [1|batch, T]) on the model's device:
         task inputs and test-mode positions drawn from independent streams per (seed, length)."""
-        from lengen.positions import evaluation_sampler
-        from lengen.training.evaluation import length_generator
-
         task = self.parts.task
         rng, gen = length_generator(seed, length)
         inputs = task.sample(batch, length, rng).inputs
@@ -57,8 +58,6 @@ def open_run(run_dir, length: int | None = None, device: str | None = None) -> I
     """Load the checkpoint of `run_dir` for inspection at its training length N and at `length`
     (default 2 N). Raises LengenError before loading anything heavy: not a run directory, a
     length < 1, a length the model's positions cannot serve (build_run's check), no checkpoint."""
-    from lengen.devices import resolve_device
-
     run = RunDir(run_dir)
     cfg = TrainConfig.from_dict(run.read_config(), where=str(run.path))
     if cfg.model.architecture != "transformer":
@@ -112,8 +111,6 @@ def inspect_run(run_dir, attention: bool = True, activations: bool = True, lengt
                 out=None, seed: int = 0, samples: int = 32, device: str | None = None) -> list[Path]:
     """Write the figures (and the PCA's JSON) into `out` (default: the run directory); returns the
     paths written. Every check runs before any work."""
-    from lengen.inspect.plots import plot_activations, plot_attention
-
     if not (attention or activations):
         raise LengenError("nothing to inspect: ask for attention, activations or both")
     if samples < 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
+from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.models.config import CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
@@ -78,8 +79,6 @@ class LMConfig:
         return run_config_from_dict(cls, d, where, {"task": CHE_RUN, "mask_rate": MLM_RUN})
 
     def validate(self) -> None:
-        from lengen.encodings import ENCODINGS
-
         ENCODINGS.get(self.model.pe)  # unknown encoding -> LengenError listing the valid ones
         check_corpus_run_numbers(self)
         check_precision(self.precision)

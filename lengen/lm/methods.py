@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lengen.errors import LengenError
-from lengen.extrapolation import is_plain
+from lengen.extrapolation import build_method, is_plain
 
 
 @dataclass
@@ -48,10 +48,6 @@ def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:
         if not model.is_rope:
             raise LengenError(f"method {spec!r} needs a RoPE model, but this run uses pe={model.cfg.pe!r}; "
                               f"evaluate it plainly with --methods base")
-        try:
-            from lengen.extrapolation import build_method
-        except ImportError:  # pragma: no cover - lengen.extrapolation is written in parallel
-            raise LengenError("lengen.extrapolation.build_method is not available") from None
         out.append(ResolvedMethod(spec, build_method(spec, model.rope_spec())))
     labels = [m.label for m in out]
     if len(set(labels)) != len(labels):

@@ -13,11 +13,13 @@ from torch import nn
 
 from lengen.encodings.rope import RopeEncoding
 from lengen.errors import LengenError
+from lengen.extrapolation.base import RopeSpec
 from lengen.extrapolation.cache import RawKVCache
 from lengen.lm.attention import DecoderAttention, DecoderContext, RopeRuntime
 from lengen.lm.cache import DecoderCache
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer
+from lengen.protocols.scoring import nll_from_logits
 
 
 class DecoderStack(Transformer):
@@ -34,9 +36,9 @@ class DecoderStack(Transformer):
         self.pe.check_positions(pos_k)
         x = self.drop(self.pe.embed(x, pos_q))
         if method is not None:
-            ctx = DecoderContext(None, pos_q, pos_k, True, cache, RopeRuntime(method, pos_k))
+            ctx = DecoderContext(None, pos_q, pos_k, True, cache=cache, rope=RopeRuntime(method, pos_k))
         else:
-            ctx = DecoderContext(self.pe.prepare(pos_q, pos_k), pos_q, pos_k, True, cache, None)
+            ctx = DecoderContext(self.pe.prepare(pos_q, pos_k), pos_q, pos_k, True, cache=cache)
         for block in self.blocks:
             x = block(x, ctx)
         return self.final_norm(x)
@@ -74,8 +76,6 @@ class DecoderLM(nn.Module):
 
     def rope_spec(self):
         """The RopeSpec extrapolation methods are built from, or None for a non-RoPE model."""
-        from lengen.extrapolation.base import RopeSpec
-
         if not self.is_rope:
             return None
         pe = self.decoder.pe
@@ -120,8 +120,6 @@ class DecoderLM(nn.Module):
 
     def nll_fn(self, method: Any = None):
         """The protocols' nll_fn (lengen.protocols.scoring) of this model with `method`."""
-        from lengen.protocols.scoring import nll_from_logits
-
         return nll_from_logits(self.logits_fn(method))
 
     @torch.no_grad()

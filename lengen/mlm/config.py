@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
+from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.lm.config import check_corpus_run_numbers
 from lengen.models.config import CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
+from lengen.positions import SAMPLERS
 
 
 def default_mlm_model() -> ModelConfig:
@@ -62,9 +64,6 @@ class MLMConfig:
         return cfg
 
     def validate(self) -> None:
-        from lengen.encodings import ENCODINGS
-        from lengen.positions import SAMPLERS
-
         ENCODINGS.get(self.model.pe)      # unknown encoding -> LengenError listing the valid ones
         SAMPLERS.get(self.positions)      # unknown sampler -> the same
         check_corpus_run_numbers(self)

@@ -23,6 +23,7 @@ from lengen.devices import precision_context, resolve_device, to_device
 from lengen.errors import LengenError
 from lengen.lm.loop import CorpusObjective, train_on_corpus
 from lengen.mlm.config import MLMConfig
+from lengen.mlm.evaluate import validate
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
 from lengen.positions import PositionSampler, build_sampler
@@ -79,8 +80,6 @@ def mlm_loss(model: MaskedLM, inputs: torch.Tensor, targets: torch.Tensor, posit
 def train_mlm(cfg: MLMConfig, out: str | Path, progress: bool = True,
               on_log: Callable[[int, dict], None] | None = None) -> dict:
     """Train (or resume) the run in `out`; write eval.json; return its record."""
-    from lengen.mlm.evaluate import validate
-
     model, sampler = build_run(cfg)       # bad combinations fail here, before anything is loaded
     device = resolve_device(cfg.device)   # a missing GPU fails before anything is written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)

@@ -1,6 +1,7 @@
 """Position samplers by name. Training uses `standard`, `randomized` (or later ones); the test-time
 modes of a randomized run are `random` (sample as in training), `uniform` and `standard`."""
 
+from lengen.errors import LengenError
 from lengen.positions.base import PositionSampler
 from lengen.positions.equal_mean import EqualMeanPositions
 from lengen.positions.randomized import RandomizedPositions
@@ -24,8 +25,6 @@ def build_sampler(name: str, max_position: int = 2048, **options) -> PositionSam
 
 def evaluation_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
     """The sampler for a test-time position mode: random, uniform or standard."""
-    from lengen.errors import LengenError
-
     if mode not in TEST_MODES:
         raise LengenError(f"unknown test position mode {mode!r}; valid: {', '.join(TEST_MODES)}")
     return build_sampler(TEST_MODES[mode], max_position=max_position)

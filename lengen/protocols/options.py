@@ -16,6 +16,7 @@ model is loaded), the same way in both commands.
 from __future__ import annotations
 
 from lengen.errors import LengenError
+from lengen.protocols.ruler.tasks import TASKS
 
 PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
 
@@ -73,8 +74,6 @@ def split_tasks(text: str | list[str] | None) -> list[str] | None:
 
 
 def check_task_names(tasks: list[str]) -> None:
-    from lengen.protocols.ruler.tasks import TASKS
-
     if not tasks:
         raise LengenError(f"--tasks needs at least one task; valid: {', '.join(TASKS)}")
     unknown = [t for t in tasks if t not in TASKS]

@@ -9,6 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
+from lengen.options import flatten
+from lengen.training.group import PER_MODEL, PER_MODEL_EVAL
+
 #: group size when --group-size is not given. 1 (no grouping) on both for now: on the 2-core CPU a
 #: group of 8 paper-sized models trains at 0.73-0.93x the model-steps/s of the 8 one after another
 #: (fused attention per model under vmap and length buckets; the step is compute-bound, so a
@@ -27,8 +32,6 @@ def checkpoint_step(run_dir: Path) -> int | None:
     if not path.exists():
         return 0
     try:
-        import torch
-
         return int(torch.load(path, map_location="cpu", weights_only=False)["step"])
     except Exception:  # noqa: BLE001 - a damaged checkpoint: let the run alone report it
         return None
@@ -36,9 +39,6 @@ def checkpoint_step(run_dir: Path) -> int | None:
 
 def group_key(cfg) -> str | None:
     """What a run's group mates must share (None: it trains alone)."""
-    from lengen.training.group import PER_MODEL, PER_MODEL_EVAL
-    from lengen.options import flatten
-
     if cfg.model.architecture != "transformer":
         return None
     free = set(PER_MODEL) | set(PER_MODEL_EVAL) | {"model.train_tokens", "device"}

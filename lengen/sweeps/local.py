@@ -14,6 +14,10 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+import torch
+
+from lengen.sweeps.worker import run_job
+
 _device: str | None = None
 _PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
@@ -43,8 +47,6 @@ def _init_worker(threads: int, devices: list[str], counter, parent: int) -> None
     (round-robin over `devices`)."""
     global _device
     die_with_parent(parent)
-    import torch
-
     torch.set_num_threads(threads)
     with counter.get_lock():
         index = counter.value
@@ -53,18 +55,12 @@ def _init_worker(threads: int, devices: list[str], counter, parent: int) -> None
 
 
 def _execute(sweep_path: str, job: dict) -> list[dict]:
-    from lengen.sweeps.worker import run_job
-
     return run_job(sweep_path, job, _device)
 
 
 def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, on_tick) -> None:
     """One worker: the runs one after another in this process (no pool to start; a debugger and
     monkeypatching reach the training code)."""
-    import torch
-
-    from lengen.sweeps.worker import run_job
-
     torch.set_num_threads(threads)
     for job in jobs:
         for result in run_job(sweep_path, job, device):

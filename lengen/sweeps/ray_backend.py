@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from lengen.errors import LengenError
+from lengen.sweeps.worker import run_job
 
 MAX_RETRIES = 3  # Ray re-runs a task whose worker process died this many times
 
@@ -21,10 +24,6 @@ def _import_ray():
 
 
 def _execute(sweep_path: str, job: dict, device: str, threads: int) -> list[dict]:
-    import torch
-
-    from lengen.sweeps.worker import run_job
-
     torch.set_num_threads(threads)
     if device.startswith("cuda"):
         device = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned: that is cuda:0

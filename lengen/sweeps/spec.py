@@ -29,9 +29,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from lengen.errors import LengenError
 from lengen.options import check_finite, get_path
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
+from lengen.sweeps.presets import preset_names, preset_path
 
 TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude", "eval")
 
@@ -214,17 +217,11 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
 
 def load_spec(source: str | Path) -> SweepSpec:
     """A sweep from a YAML file, or the shipped preset of that name (`lengen sweep presets`)."""
-    import yaml
-
-    from lengen.sweeps.presets import preset_path
-
     path = Path(source)
     if not path.exists() or (path.is_dir() and preset_path(str(source)) is not None):
         # a folder named like a preset (often the preset's own sweep folder) is not a sweep file
         preset = preset_path(str(source))
         if preset is None:
-            from lengen.sweeps.presets import preset_names
-
             raise SweepSpecError(f"{source}: no such file, and not a sweep preset "
                                  f"({', '.join(preset_names())})")
         path = preset

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lengen.errors import LengenError
+from lengen.sweeps.spec import parse_spec
 from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 
@@ -11,8 +12,6 @@ def sweep_status(path) -> dict:
     "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint,
     "runner": who runs the sweep now ("pid N on HOST since T") or None,
     "outside": [{run_id, done}] run directories not in the grid (an earlier sweep file's)}."""
-    from lengen.sweeps.spec import parse_spec
-
     index = SweepDir(path).read_index()
     try:
         spec = parse_spec(index["spec"], where=str(path))

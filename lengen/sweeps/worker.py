@@ -11,7 +11,10 @@ import time
 import traceback
 
 from lengen import io
+from lengen.sweeps.kinds import KINDS
 from lengen.sweeps.sweep_dir import RunLock, SweepDir
+from lengen.training.config import TrainConfig
+from lengen.training.group import train_group
 
 PROGRESS_EVERY_S = 2.0  # progress.json is rewritten at most this often
 
@@ -57,9 +60,6 @@ def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
 def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
     """Train the runs of `job` together (lengen.training.group.train_group): the members this
     process can lock and that are not done; each keeps its own run directory, log and outcome."""
-    from lengen.training.config import TrainConfig
-    from lengen.training.group import train_group
-
     sweep = SweepDir(sweep_path, job["done_file"])
     results, members, locks = [], [], []
     for r in job["runs"]:
@@ -116,8 +116,6 @@ def _finished(sweep: SweepDir, run_id: str) -> None:
 
 
 def _attempt(sweep: SweepDir, run_id: str, config: dict, job: dict, device: str) -> dict:
-    from lengen.sweeps.kinds import KINDS
-
     kind = KINDS[job["kind"]]
     path = sweep.run_path(run_id)
     if sweep.is_done(run_id):  # state() would probe the lock this process holds
