@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+import lengen.cli.lm as lm_cli
 import lengen.lm.evaluate as evaluate_mod
 import lengen.lm.train as train_mod
 from lengen.cli import main
@@ -202,7 +203,7 @@ def test_eval_passes_the_options_a_protocol_uses_on(tmp_path, monkeypatch, args,
         raise ModelLoaded
 
     with monkeypatch.context() as m:
-        m.setattr(evaluate_mod, "evaluate_lm", evaluate_lm)
+        m.setattr(lm_cli, "evaluate_lm", evaluate_lm)   # where the command looks it up
         with pytest.raises(ModelLoaded):
             main(["lm", "eval", str(tmp_path / "run"), *args, "--no-progress"])
     assert {k: seen[k] for k in given} == given

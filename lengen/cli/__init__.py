@@ -10,6 +10,7 @@ import math
 import os
 import sys
 
+from lengen.environment import one_line
 from lengen.errors import LengenError
 
 # module names under lengen.cli, in the order `lengen --help` lists them
@@ -30,8 +31,6 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from lengen.environment import one_line
-
         print(one_line())
         parser.exit()
 

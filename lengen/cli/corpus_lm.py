@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from lengen.cli.options import add_device_arguments, options_from_args, set_threads
+from lengen.io import check_writable
 
 #: KEY=VALUE options (config field -> flag), parsed into dicts before the config is built
 def add_command_group(sub, name: str, help: str, description: str,
@@ -78,8 +79,6 @@ def train_from_args(args, table: dict[str, str], config_from_options: Callable, 
     """`lengen lm train` / `lengen mlm train`: the config from the flags (`table`: option -> config
     path), `train(cfg, out, progress=...)` into --out or `run_dir.format(cfg=cfg)`, then a summary
     whose validation line is `validation_line.format(**record)`."""
-    from lengen.io import check_writable
-
     set_threads(args.threads)
     cfg = config_from_options(options_from_args(args, table))
     out = args.out or run_dir.format(cfg=cfg)

@@ -7,7 +7,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lengen.cli.options import add_device_arguments, set_threads
+from lengen.cli.options import add_device_arguments, format_table, set_threads
+from lengen.io import check_writable
+from lengen.models.config import ModelConfig
+from lengen.training.config import TrainConfig
+from lengen.training.loop import train
+from lengen.training.plots import plot_accuracy
 
 EPILOG = """The runs are ordinary run directories (resumable: rerun to continue), so
 `lengen eval demo_runs/rope-randomized --positions uniform` works on them afterwards."""
@@ -31,13 +36,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lengen.cli.options import format_table
-    from lengen.io import check_writable
-    from lengen.models.config import ModelConfig
-    from lengen.training.config import TrainConfig
-    from lengen.training.loop import train
-    from lengen.training.plots import plot_accuracy
-
     set_threads(args.threads)
     out = Path(args.out)
     check_writable(out)  # before the first of the two trainings

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from lengen.environment import describe
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("env", help="print lengen, torch, transformers, CUDA and device versions "
@@ -15,8 +17,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lengen.environment import describe
-
     info = describe()
     if args.json:
         print(json.dumps(info, indent=1))

@@ -6,7 +6,12 @@ import argparse
 
 from lengen.cli.options import add_device_arguments, set_threads
 from lengen.cli.train import print_eval
+from lengen.errors import LengenError
+from lengen.io import check_writable
+from lengen.training.config import TrainConfig
+from lengen.training.loop import evaluate_run
 from lengen.training.run_dir import RunDir
+from lengen.training.setup import default_test_mode
 
 EPILOG = """examples:
   lengen eval runs/rev-rope-rand --positions uniform              # evenly spaced test positions
@@ -31,11 +36,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lengen.errors import LengenError
-    from lengen.io import check_writable
-    from lengen.training.config import TrainConfig
-    from lengen.training.loop import evaluate_run
-
     set_threads(args.threads)
     run_dir = RunDir(args.run_dir)
     cfg = TrainConfig.from_dict(run_dir.read_config(), where=str(run_dir.path))
@@ -50,8 +50,6 @@ def run(args) -> int:
     if args.eval_samples is not None and args.eval_samples < 1:
         raise LengenError(f"--eval-samples must be >= 1, got {args.eval_samples}")
     max_length = args.max_length or cfg.max_length
-    from lengen.training.setup import default_test_mode
-
     mode = args.positions or cfg.test_positions or default_test_mode(cfg.positions)
     record = evaluate_run(run_dir, cfg=cfg, test_mode=mode, max_length=max_length,
                           eval_samples=args.eval_samples, progress=not args.no_progress,

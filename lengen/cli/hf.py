@@ -5,8 +5,13 @@ retrieval or RULER-style tasks, for plain RoPE and any lengen extrapolation meth
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.extrapolation import split_methods
+from lengen.hf.evaluate import METRIC, EvalSettings, load_result, result_table, run, save_result
+from lengen.io import check_writable
+from lengen.protocols.options import check_protocol_options, split_tasks, used_by
 
 EPILOG = """protocols:
   ppl           a context of the first L tokens of each sequence, one forward pass (no sliding
@@ -60,14 +65,10 @@ nothing is downloaded.
 
 def _only(option: str) -> str:
     """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
-    from lengen.protocols.options import used_by
-
     return f"{used_by(option)} only"
 
 
 def add_parser(sub) -> None:
-    from lengen.hf.evaluate import METRIC, EvalSettings
-
     d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
@@ -112,13 +113,6 @@ def add_parser(sub) -> None:
 
 
 def run_eval(args) -> int:
-    from pathlib import Path
-
-    from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
-    from lengen.io import check_writable
-    from lengen.extrapolation import split_methods
-    from lengen.protocols.options import check_protocol_options, split_tasks
-
     set_threads(args.threads)
     # an option the protocol would ignore, or out of range: refused before the model is loaded
     given = {k: getattr(args, k) for k in ("corpus", "docs", "segment", "trials", "seed")}

@@ -7,6 +7,7 @@ import argparse
 
 from lengen.cli.options import set_threads
 from lengen.devices import DEVICE_HELP
+from lengen.inspect import inspect_run
 
 EPILOG = """examples:
   lengen inspect runs/rev-rope-rand                        # both figures, L = 2 x train length
@@ -44,8 +45,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lengen.inspect import inspect_run
-
     set_threads(args.threads)
     both = not (args.attention or args.activations)
     written = inspect_run(args.run_dir, attention=args.attention or both,

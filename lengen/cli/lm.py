@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from lengen.cli import corpus_lm
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.extrapolation import split_methods
+from lengen.lm.config import LMConfig
+from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig, evaluate_lm
+from lengen.lm.options import LM_OPTIONS, lm_config_from_options
+from lengen.lm.train import train_lm
+from lengen.protocols.options import check_protocol_options, split_tasks, used_by
 
 TRAIN_EPILOG = """examples:
   # the default: a 0.86M-parameter RoPE model on the Python standard library, ~10 CPU minutes
@@ -66,8 +72,6 @@ def add_parser(sub) -> None:
 
 
 def _add_train(sub) -> None:
-    from lengen.lm.config import LMConfig
-
     d = LMConfig()
     p = corpus_lm.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
                                  "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
@@ -81,14 +85,10 @@ def _add_train(sub) -> None:
 
 def _only(option: str) -> str:
     """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
-    from lengen.protocols.options import used_by
-
     return f"{used_by(option)} only"
 
 
 def _add_eval(sub) -> None:
-    from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig
-
     d = LMEvalConfig()
     p = corpus_lm.add_subcommand(sub, "eval", "perplexity / last-segment / passkey / ruler against context "
                                  "length", "Evaluate a trained LM run against context length.", EVAL_EPILOG)
@@ -116,17 +116,10 @@ def _add_eval(sub) -> None:
 
 
 def run_train(args) -> int:
-    from lengen.lm.options import LM_OPTIONS, lm_config_from_options
-    from lengen.lm.train import train_lm
-
     return corpus_lm.train_from_args(args, LM_OPTIONS, lm_config_from_options, train_lm, RUN_DIR, VALIDATION_LINE)
 
 
 def run_eval(args) -> int:
-    from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
-    from lengen.extrapolation import split_methods
-    from lengen.protocols.options import check_protocol_options, split_tasks
-
     set_threads(args.threads)
     methods = split_methods(args.methods) if args.methods is not None else []
     # an option the protocol would ignore, or out of range: refused before the model is loaded

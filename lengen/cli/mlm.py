@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from lengen.cli import corpus_lm
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.mlm.config import MLMConfig
+from lengen.mlm.evaluate import MLMEvalConfig, evaluate_mlm
+from lengen.mlm.options import MLM_OPTIONS, mlm_config_from_options
+from lengen.mlm.train import train_mlm
 
 TRAIN_EPILOG = """examples:
   # su_mlm.md section B defaults: 4 x 128 pre-LN RoPE encoder, windows of 64 bytes, 15% BERT masking
@@ -48,8 +52,6 @@ def add_parser(sub) -> None:
 
 
 def _add_train(sub) -> None:
-    from lengen.mlm.config import MLMConfig
-
     d = MLMConfig()
     p = corpus_lm.add_subcommand(sub, "train", "train a masked LM (resumable)", "Train a byte-level "
                                  "bidirectional masked LM on random windows of a corpus.", TRAIN_EPILOG)
@@ -70,8 +72,6 @@ def _add_train(sub) -> None:
 
 
 def _add_eval(sub) -> None:
-    from lengen.mlm.evaluate import MLMEvalConfig
-
     d = MLMEvalConfig()
     p = corpus_lm.add_subcommand(sub, "eval", "masked-token accuracy and bits per byte against length",
                                  "Evaluate a trained masked LM against length.", EVAL_EPILOG)
@@ -93,16 +93,11 @@ def _add_eval(sub) -> None:
 
 
 def run_train(args) -> int:
-    from lengen.mlm.options import MLM_OPTIONS, mlm_config_from_options
-    from lengen.mlm.train import train_mlm
-
     return corpus_lm.train_from_args(args, MLM_OPTIONS, mlm_config_from_options, train_mlm, RUN_DIR,
                                      VALIDATION_LINE)
 
 
 def run_eval(args) -> int:
-    from lengen.mlm.evaluate import MLMEvalConfig, evaluate_mlm
-
     set_threads(args.threads)
     modes = [m.strip() for m in args.test_positions.split(",") if m.strip()] if args.test_positions else []
     ecfg = MLMEvalConfig(lengths=args.lengths or [], test_positions=modes, log_n=args.log_n,

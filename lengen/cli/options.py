@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.errors import LengenError
 from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
@@ -59,8 +61,6 @@ def set_threads(n: int | None) -> None:
         return
     if n < 1:
         raise LengenError(f"--threads must be >= 1, got {n}")
-    import torch
-
     torch.set_num_threads(n)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from lengen.presets import PRESETS
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("presets", help="list the presets of `lengen train --preset`", description=__doc__)
@@ -9,8 +11,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from lengen.presets import PRESETS
-
     for name, preset in PRESETS.items():
         settings = ", ".join(f"{k}={v}" for k, v in preset.items() if k != "description")
         print(f"{name}\n    {preset.get('description', '')}\n    {settings}")

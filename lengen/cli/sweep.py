@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
+from lengen.errors import LengenError
+from lengen.sweeps import SweepOptions, load_spec, run_sweep, sweep_status
+from lengen.sweeps.presets import preset_names, preset_path
+from lengen.sweeps.runner import check_sweep
+from lengen.sweeps.spec import count_points
+from lengen.sweeps.sweep_dir import SweepDir
 
 RUN_EPILOG = """examples:
   lengen sweep presets                                   # the shipped sweeps and their sizes
@@ -106,8 +113,6 @@ def _point(point: dict) -> str:
 
 def with_precision(spec, precision: str):
     """--precision as a fixed option of the sweep; refused where the file already says otherwise."""
-    from lengen.errors import LengenError
-
     if "precision" in spec.grid or spec.fixed.get("precision", precision) != precision:
         raise LengenError(f"--precision {precision}: the sweep file already sets precision; "
                           "give it in one place")
@@ -116,9 +121,6 @@ def with_precision(spec, precision: str):
 
 
 def run(args) -> int:
-    from lengen.sweeps import SweepOptions, load_spec, run_sweep
-    from lengen.sweeps.runner import check_sweep
-
     opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
                         runs_per_gpu=args.runs_per_gpu, group_size=args.group_size, ray_address=args.ray_address,
                         progress=not args.no_progress)
@@ -145,8 +147,6 @@ def run(args) -> int:
 
 
 def status(args) -> int:
-    from lengen.sweeps import sweep_status
-
     st = sweep_status(args.dir)
     c = st["counts"]
     print(f"sweep {st['name']}: {st['total']} runs: {c['done']} done, {c['running']} running, "
@@ -169,8 +169,6 @@ def status(args) -> int:
 
 
 def prune(args) -> int:
-    from lengen.sweeps.sweep_dir import SweepDir
-
     sweep = SweepDir(args.dir)
     index = sweep.read_index()
     outside = sweep.outside()
@@ -195,19 +193,12 @@ def prune(args) -> int:
 
 
 def presets(args) -> int:
-    from lengen.errors import LengenError
-    from lengen.sweeps import load_spec
-    from lengen.sweeps.presets import preset_names, preset_path
-    from lengen.sweeps.spec import count_points
-
     if args.show:
         path = preset_path(args.show)
         if path is None:
             raise LengenError(f"unknown sweep preset {args.show!r}; valid: {', '.join(preset_names())}")
         print(path.read_text(), end="")
         return 0
-    import textwrap
-
     for name in preset_names():
         spec = load_spec(name)
         print(f"{name}  ({count_points(spec):,} runs)")  # presets expand without duplicates (tested)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from lengen.cli.options import format_table
+from lengen.errors import LengenError
+from lengen.tasks import TASK_NAMES, get_task
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tasks", help="list the CHE tasks with an example each", description=__doc__)
@@ -11,12 +17,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import numpy as np
-
-    from lengen.cli.options import format_table
-    from lengen.errors import LengenError
-    from lengen.tasks import TASK_NAMES, get_task
-
     if args.length < 1:
         raise LengenError(f"--length must be >= 1, got {args.length}")
     rows = []

@@ -6,9 +6,10 @@ import argparse
 from pathlib import Path
 
 from lengen.cli.options import add_device_arguments, format_table, options_from_args, set_threads
+from lengen.io import check_writable
 from lengen.models.config import ARCHITECTURES
-from lengen.training.config import TrainConfig
-from lengen.training.config import TRAIN_OPTIONS
+from lengen.training.config import TRAIN_OPTIONS, TrainConfig
+from lengen.training.loop import train
 from lengen.training.options import check_given_options, config_from_options
 
 EPILOG = """examples:
@@ -97,9 +98,6 @@ def print_eval(record: dict, model: str = "transformer") -> None:
 
 
 def run(args) -> int:
-    from lengen.io import check_writable
-    from lengen.training.loop import train
-
     set_threads(args.threads)
     cfg = config_from_args(args)
     variant = cfg.model.architecture if cfg.model.recurrent else f"{cfg.model.pe}-{cfg.positions}"
