@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from test_reports import _chromium
 
+from lengen.reports import lm as lm_report
 from lengen.reports import lm_aggregate as lm
-from lengen.reports.lm_build import build_lm_report
+from lengen.reports.load import SweepData
 
 L = math.log
 
@@ -159,12 +160,19 @@ def test_unfinished_sweep_lists_its_missing_cells():
 SPEC = "name: lm-tiny\ncommand: lm\ngrid:\n  pe: [rope, fire]\n  seed: [0, 1]\n"
 
 
+def build_lm_report(name, runs, values, protocol, out):
+    """The report of a language-model sweep of these runs and values, as `lengen report` builds it."""
+    data = SweepData(name=name, path=out, spec_text=SPEC, kind="lm", evaluation={"protocol": protocol}, runs=runs,
+                     values=values, configs=[])
+    return lm_report.build(data, out)
+
+
 def _fmt(m, s):
     return f"{m:.3f} ± {s:.3f}"
 
 
 def test_build_writes_the_table_csv_figure_and_page(tmp_path):
-    res = build_lm_report("lm-tiny", hand_runs(), hand_values(), "ppl", "ppl", SPEC, tmp_path)
+    res = build_lm_report("lm-tiny", hand_runs(), hand_values(), "ppl", tmp_path)
     for name in ("lm_table.md", "lm_table.csv", "ppl_vs_length.png", "ppl_vs_length.svg", "index.html"):
         assert (tmp_path / name).exists(), name
     assert res["done"] == 4 and res["planned"] == 4 and res["missing"] == [] and res["figure"] == "ppl_vs_length.png"
@@ -202,7 +210,7 @@ def test_build_an_unfinished_sweep(tmp_path):
     runs.loc[runs["run_id"] == "fire1", ["done", "train_loss", "val_ppl"]] = [False, np.nan, np.nan]
     values = hand_values()
     values = values[values["run_id"] != "fire1"]
-    res = build_lm_report("lm-tiny", runs, values, "ppl", "ppl", SPEC, tmp_path)
+    res = build_lm_report("lm-tiny", runs, values, "ppl", tmp_path)
     assert res["done"] == 3 and res["planned"] == 4
     assert res["missing"] == [("FIRE", 128, 1, 2), ("FIRE", 512, 1, 2)]
     md = (tmp_path / "lm_table.md").read_text()
@@ -216,7 +224,7 @@ def test_build_with_no_finished_run(tmp_path):
     runs = hand_runs()
     runs["done"] = False
     empty = pd.DataFrame(columns=["run_id", "method", "length", "ppl"])
-    res = build_lm_report("lm-tiny", runs, empty, "ppl", "ppl", SPEC, tmp_path)
+    res = build_lm_report("lm-tiny", runs, empty, "ppl", tmp_path)
     assert res["done"] == 0 and res["table"].shape == (2, 0) and res["figure"] is None
     assert res["missing"] == [("RoPE", None, 0, 2), ("FIRE", None, 0, 2)]
     assert "No run has finished yet" in (tmp_path / "lm_table.md").read_text()
@@ -232,7 +240,7 @@ def test_build_passkey_accuracy(tmp_path):
                                                                   ("fire0", 128, 1.0), ("fire1", 128, 1.0),
                                                                   ("rope0", 256, 0.0), ("rope1", 256, 0.5),
                                                                   ("fire0", 256, 0.5), ("fire1", 256, 1.0))])
-    res = build_lm_report("pk", hand_runs(), values, "accuracy", "passkey", SPEC, tmp_path)
+    res = build_lm_report("pk", hand_runs(), values, "passkey", tmp_path)
     assert res["figure"] == "accuracy_vs_length.png" and (tmp_path / "accuracy_vs_length.svg").exists()
     md = res["markdown"]
     assert "Accuracy" in md
@@ -243,7 +251,7 @@ def test_build_passkey_accuracy(tmp_path):
 def test_lm_page_renders_offline_in_a_browser(tmp_path):
     browser = _chromium()
     out = tmp_path / "report"
-    build_lm_report("lm-tiny", hand_runs(), hand_values(), "ppl", "ppl", SPEC, out)
+    build_lm_report("lm-tiny", hand_runs(), hand_values(), "ppl", out)
     url = (out / "index.html").resolve().as_uri()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000",
              f"--user-data-dir={tmp_path / 'profile'}"]

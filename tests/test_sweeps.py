@@ -12,13 +12,22 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lengen.cli import main
 from lengen.errors import LengenError
 from lengen.sweeps import SweepOptions, expand, load_spec, parse_spec, run_id, run_sweep
-from lengen.sweeps.results import varying_columns
+from lengen.sweeps import runner
+from lengen.sweeps.presets import preset_names
+from lengen.sweeps.results import ResultsWriter, varying_columns
+from lengen.sweeps.spec import count_points
+from lengen.sweeps.sweep_dir import SweepDir
+from lengen.training import loop
 from lengen.training.config import TrainConfig
+from lengen.training.loop import TrainingDiverged, train
+from lengen.training.options import config_from_options
+from test_lm_sweeps import TINY as TINY_LM
 
 TINY = {"task": "parity_check", "steps": 20, "batch_size": 8, "train_length": 3, "max_length": 5,
         "eval_samples": 8, "layers": 1, "heads": 2, "d_model": 8, "d_ff": 16, "checkpoint_every": 5,
@@ -113,7 +122,7 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
 def test_varying_columns_name_what_differs_and_flatten_options():
     spec = parse_spec({"grid": {"pe_options": [{"base": 500}, {"base": 10000}], "dropout": [0.0, 0.1],
                                 "seed": [0, 1]}, "fixed": TINY})
-    cols = varying_columns(expand(spec))
+    cols = varying_columns(expand(spec), spec.kind)
     assert cols == ["pe_options.base", "dropout"]  # option order; seed is a base column; fixed ones not shown
 
 
@@ -217,9 +226,6 @@ def test_presets_expand_to_the_papers_sizes():
 def test_presets_listing_counts_are_their_run_counts():
     # `lengen sweep presets` counts grid points without building configs: for the presets that
     # must be the number of runs (no two points with one config, every point valid)
-    from lengen.sweeps.presets import preset_names
-    from lengen.sweeps.spec import count_points
-
     for name in preset_names():
         spec = load_spec(name)
         assert count_points(spec) == len(expand(spec)), name
@@ -247,8 +253,6 @@ def test_in_process_sweep_results_and_rerun_is_identical(tmp_path):
 
 
 def test_a_failed_run_does_not_stop_the_sweep_and_is_retried(tmp_path, monkeypatch, capsys):
-    from lengen.training import loop
-
     real = loop.train
 
     def flaky(cfg, out, **kw):
@@ -279,9 +283,6 @@ def test_a_failed_run_does_not_stop_the_sweep_and_is_retried(tmp_path, monkeypat
 
 
 def test_diverged_training_is_a_failure_that_keeps_the_last_checkpoint(tmp_path):
-    from lengen.training.loop import TrainingDiverged, train
-    from lengen.training.options import config_from_options
-
     cfg = config_from_options({**TINY, "lr": 1e30, "grad_clip": 1e30, "steps": 40, "device": "cpu"})
     with pytest.raises(TrainingDiverged, match="diverged at step"):
         train(cfg, tmp_path / "run", progress=False)
@@ -335,8 +336,6 @@ def test_killed_sweep_reruns_to_the_uninterrupted_results(tmp_path):
     assert any("resume" in log.read_text() for log in logs)
     assert read_csv(out / "results.csv", TIMING) == read_csv(ref / "results.csv", TIMING)
     assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
-    import torch
-
     for run in (ref / "runs").iterdir():  # the resumed runs end with the uninterrupted weights
         a = torch.load(run / "checkpoint.pt", weights_only=False)["model"]
         b = torch.load(out / "runs" / run.name / "checkpoint.pt", weights_only=False)["model"]
@@ -431,8 +430,6 @@ def test_dry_run_makes_the_real_runs_checks_and_writes_nothing(tmp_path, capsys,
     out = tmp_path / "o"
     assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cuda"]) == 2
     assert "torch sees no CUDA GPU" in capsys.readouterr().err and not out.exists()
-    from lengen.sweeps.sweep_dir import SweepDir
-
     held = SweepDir(out).claim_runner()   # another runner holds the folder
     try:
         assert main(["sweep", "run", str(spec), "--out", str(out), "--dry-run", "--device", "cpu"]) == 2
@@ -445,9 +442,6 @@ def test_dry_run_makes_the_real_runs_checks_and_writes_nothing(tmp_path, capsys,
 
 
 def test_the_docs_preset_table_lists_every_preset_with_its_run_count():
-    from lengen.sweeps.presets import preset_names
-    from lengen.sweeps.spec import count_points
-
     text = (Path(__file__).resolve().parent.parent / "docs" / "sweeps.md").read_text()
     table = text[text.index("## Presets"):]
     listed = {name: int(runs.replace(",", "")) for name, runs in
@@ -455,19 +449,39 @@ def test_the_docs_preset_table_lists_every_preset_with_its_run_count():
     assert listed == {name: count_points(load_spec(name)) for name in preset_names()}
 
 
-def test_tables_rebuilt_every_tick_hold_every_run_with_numeric_lengths(tmp_path, monkeypatch):
-    """The results writer rebuilds while runs are unfinished (every tick here): a run must not be
-    remembered as unfinished, and lengths past 9 must sort as numbers (1, 2, ..., 10, not 1, 10, 2)."""
-    import lengen.sweeps.runner as runner
+#: per sweep kind: a sweep of 3 runs whose long table holds lengths of one and more digits, its
+#: long table and the lengths each run has there, in order
+LENGTHS_PAST_9 = {
+    "train": ({"grid": {"seed": [0, 1, 2]}, "fixed": {**TINY, "max_length": 12}}, "accuracy_by_length.csv",
+              list(range(1, 13))),
+    "lm": ({"command": "lm", "grid": {"seed": [0, 1, 2]}, "fixed": TINY_LM,
+            "eval": {"lengths": [100, 4, 8, 12, 16], "methods": ["rope"], "docs": 2}}, "ppl_by_length.csv",
+           [4, 8, 12, 16, 100]),
+}
 
+
+@pytest.mark.parametrize("command", sorted(LENGTHS_PAST_9))
+def test_tables_rebuilt_every_tick_hold_every_run_with_numeric_lengths(command, tmp_path, monkeypatch):
+    """The results writer rebuilds while runs are unfinished (after every run here): a run must not
+    be remembered as unfinished, and lengths past 9 must sort as numbers (1, 2, ..., 10, not 1, 10, 2)."""
     monkeypatch.setattr(runner, "REBUILD_EVERY_S", 0.0)
-    spec = load_spec(write_spec(tmp_path / "s.yaml", {"seed": [0, 1, 2]}, {"max_length": 13}))
-    counts = run_sweep(spec, tmp_path / "o", SweepOptions(device="cpu", workers=1, progress=False))
+    sweep, by_length, lengths = LENGTHS_PAST_9[command]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "t", **sweep}, sort_keys=False))
+    spec = load_spec(tmp_path / "s.yaml")
+    counts = run_sweep(spec, tmp_path / "o", SweepOptions(device="cpu", workers=1, group_size=1, progress=False))
     assert counts["done"] == 3 and counts["results"] == 3
     assert len(read_csv(tmp_path / "o" / "results.csv")) == 3
-    rows = read_csv(tmp_path / "o" / "accuracy_by_length.csv")
     by_run: dict = {}
-    for row in rows:
+    for row in read_csv(tmp_path / "o" / by_length):
         by_run.setdefault(row["run_id"], []).append(row["length"])
     assert len(by_run) == 3
-    assert all(lengths == [str(n) for n in range(1, 14)] for lengths in by_run.values()), by_run
+    assert all(written == [str(n) for n in lengths] for written in by_run.values()), by_run
+    # a run is a row once its done file is written, and not before (an LM run's eval.json is older)
+    folder = SweepDir(tmp_path / "o", spec.kind.done_file(spec.evaluation))
+    done_file = folder.run_path(next(iter(by_run))) / folder.done_file
+    kept = done_file.read_bytes()
+    done_file.unlink()
+    writer = ResultsWriter(folder, expand(spec), spec.kind, spec.evaluation)
+    assert writer.write() == 2 and len(read_csv(tmp_path / "o" / by_length)) == 2 * len(lengths)
+    done_file.write_bytes(kept)
+    assert writer.write() == 3 and len(read_csv(tmp_path / "o" / by_length)) == 3 * len(lengths)

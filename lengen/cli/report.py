@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from lengen import reports  # build_report by attribute: a test can stand in for it
+from lengen.io import check_writable
+from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
   lengen report sweeps/mini                         # writes sweeps/mini/report/
@@ -30,49 +35,19 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from lengen.io import check_writable
-    from lengen.reports import build_report, sweep_command
-    from lengen.reports.render import markdown
-
     out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
-    command = sweep_command(args.sweep_dir)  # not a sweep folder: that message first
+    reports.sweep_command(args.sweep_dir)  # not a sweep folder: that message first
     check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
-    if command == "lm":
-        return _run_lm(args.sweep_dir, out)
-    rep = build_report(args.sweep_dir, out)
-    print(f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates and seeds")
-    print(markdown(rep["table1"]))
-    if rep["missing"]:
-        print(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
-    if rep["comparison"] is not None:
-        g = rep["comparison"]["mean_gain"]
-        if g["measured"] is not None:
-            print(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
-                  f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
+    rep = reports.build_report(args.sweep_dir, out)
+    for text in rep["summary"]:
+        print(text)
     _say_outside(args.sweep_dir)
-    print(f"report: {out}/index.html")
-    return 0
-
-
-def _run_lm(sweep_dir, out) -> int:
-    from lengen.reports import build_lm_sweep_report
-
-    rep = build_lm_sweep_report(sweep_dir, out)
-    print(f"{rep['done']} of {rep['planned']} runs finished")
-    print(rep["markdown"])
-    if rep["missing"]:
-        print(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
-    _say_outside(sweep_dir)
     print(f"report: {out}/index.html")
     return 0
 
 
 def _say_outside(sweep_dir) -> None:
     """Runs of an earlier sweep file, left out of the tables: say so, and how to remove them."""
-    from lengen.sweeps.sweep_dir import SweepDir
-
     sweep = SweepDir(sweep_dir)
     outside = sweep.outside()
     if outside:

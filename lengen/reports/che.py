@@ -1,5 +1,6 @@
-"""`lengen report`: every table and figure of the seed paper from one sweep folder, as Markdown,
-CSV, PNG/SVG and one offline HTML page that holds them all."""
+"""The report of a CHE sweep (`command: train`): every table and figure of the seed paper (Ruoss et
+al. 2023), beside its published Table 1, as Markdown, CSV, PNG/SVG and one offline HTML page that
+holds them all. The aggregations are in lengen.reports.aggregate."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from lengen.reports import aggregate as agg
 from lengen.reports import page
 from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position
-from lengen.reports.load import load_sweep
+from lengen.reports.load import SweepData
 from lengen.reports.render import html_table, markdown, simple_markdown
+
+STYLE = page.style("td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}",
+                   "tr.average td{border-top:2px solid #333}")
 
 
 def _csv(table: pd.DataFrame, path: Path, index_label: str = "task") -> None:
@@ -50,10 +54,12 @@ def comparison_text(cmp: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_report(sweep_path, out) -> dict:
-    data = load_sweep(sweep_path)
-    out = Path(out)
-    runs = agg.add_variants(data.runs)
+def build(data: SweepData, out: Path) -> dict:
+    """Write the tables, the comparison, the figures and index.html into `out`. Returns out,
+    table1, done, planned, missing (task, variant, finished, planned) and comparison (or None)."""
+    runs = data.runs.assign(model=[cfg.model.architecture for cfg in data.configs],  # a recurrent run's label
+                            score=data.runs["score"].astype(float), seconds=data.runs["seconds"].astype(float))
+    runs = agg.add_variants(runs)
     done = int(runs["done"].sum())
     t1 = agg.table1(runs)
     t4_mean, t4_std, t4_lr = agg.table4(runs) if done else (t1, t1, t1)
@@ -72,21 +78,18 @@ def build_report(sweep_path, out) -> dict:
         io.write_text(out / "comparison.md", comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"]))
         io.write_text(out / "comparison.csv", cmp["cells"].to_csv(index=False, float_format="%.4g"))
 
-    fig4 = accuracy_by_length(runs, data.accuracy, out) if done else {}
+    fig4 = accuracy_by_length(runs, data.values, out) if done else {}
     fig3 = score_vs_max_position(runs, out) if done else None
 
-    page = _html(data, runs, t1, (t4_mean, t4_std), (t2_mean, t2_std), missing, cmp, fig4, fig3)
-    io.write_text(out / "index.html", page)
+    io.write_text(out / "index.html", _html(data, runs, t1, (t4_mean, t4_std), (t2_mean, t2_std), missing, cmp,
+                                            fig4, fig3))
     return {"out": out, "table1": t1, "done": done, "planned": len(runs), "missing": missing,
             "comparison": cmp}
 
 
 def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
-    lengen_version = page.lengen_version()
     esc = html.escape
-    parts = [f"<h1>lengen report: {esc(data.name)}</h1>",
-             f"<p>{int(runs['done'].sum())} of {len(runs)} runs finished. Sweep folder <code>{esc(str(data.path))}"
-             f"</code>; lengen {esc(lengen_version)}.</p>"]
+    parts = page.opening(data.name, int(runs["done"].sum()), len(runs), "Sweep folder", data.path)
     if missing:
         items = "".join(f"<li>{esc(t)} / {esc(v)}: {f} of {n} runs finished</li>" for t, v, f, n in missing)
         parts.append(f"<h3>Unfinished cells</h3><ul id=\"missing\">{items}</ul>"
@@ -115,10 +118,18 @@ def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
         parts += ["<h2>Figure 3: score against max_position</h2>", f'<figure><img src="{esc(fig3)}"></figure>']
     parts.append("<p>Figure 2 (score against training time) needs evaluations during training, which lengen "
                  "sweeps do not log yet.</p>")
-    parts += ["<h2>The sweep file</h2>", f"<pre>{esc(data.spec_text)}</pre>"]
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
-             "td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}"
-             "tr.average td{border-top:2px solid #333}img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
-    return page.document(data.name, parts, style)
+    return page.document(data.name, parts, STYLE, data.spec_text)
+
+
+def summary(rep: dict) -> list[str]:
+    """What `lengen report` prints: Table 1, the unfinished cells, the average gain."""
+    lines = [f"Table 1 ({rep['done']} of {rep['planned']} runs finished): best score (%) over learning rates "
+             "and seeds", markdown(rep["table1"])]
+    if rep["missing"]:
+        lines.append(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
+    if rep["comparison"] is not None:
+        g = rep["comparison"]["mean_gain"]
+        if g["measured"] is not None:
+            lines.append(f"randomized - standard, averaged over tasks: {g['measured']:+.1f} points "
+                         f"(paper on the same cells: {g['published_same_cells']:+.1f}; full table: +12.0)")
+    return lines

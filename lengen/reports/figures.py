@@ -1,11 +1,13 @@
-"""The paper's figures from a sweep: accuracy against length per task (Fig. 4, the run each Table 1
-cell selects), and score against max_position when the sweep varies it (Fig. 3). Each figure is
-written as PNG and SVG."""
+"""The papers' figures from a sweep. CHE: accuracy against length per task (Fig. 4, the run each
+Table 1 cell selects), and score against max_position when the sweep varies it (Fig. 3); language
+models: perplexity or accuracy against length (the FIRE paper's Fig. 1-2). Each figure is written
+as PNG and SVG."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from lengen import io
@@ -112,5 +114,63 @@ def score_vs_max_position(runs: pd.DataFrame, out: Path) -> str | None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     name = _save(fig, out, "fig3_max_position")[0]
+    plt.close(fig)
+    return name
+
+
+def metric_against_length(mean: pd.DataFrame, std: pd.DataFrame, metric: str, trained: list[int], out: Path,
+                          title: str) -> str | None:
+    """The FIRE paper's Fig. 1-2 from a language-model sweep's table (lengen.reports.lm_aggregate.table):
+    one line per variant, mean over seeds with a ±std band, log2 length axis, a dashed
+    line at each training length. For ppl the y axis is the perplexity on a log scale: exp of the
+    mean log perplexity (the geometric mean over seeds), the band exp(mean ± std). Written as PNG
+    and SVG; returns the PNG's name (None when no cell has a finite value)."""
+    x = mean.to_numpy(dtype=float)
+    if not len(mean.columns) or not np.isfinite(x).any():
+        return None
+    plt = _plt()
+    stem = "ppl_vs_length" if metric == "ppl" else "accuracy_vs_length"
+    lengths = np.array([int(c) for c in mean.columns])
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    cmap = plt.get_cmap("tab10" if len(mean.index) <= 10 else "tab20")
+    for i, variant in enumerate(mean.index):
+        m = mean.loc[variant].to_numpy(dtype=float)
+        s = np.nan_to_num(std.loc[variant].to_numpy(dtype=float), nan=0.0)
+        ok = np.isfinite(m)
+        if not ok.any():
+            continue
+        colour = cmap(i % cmap.N)
+        ls = "-" if " + " not in variant else "--"
+        if metric == "ppl":
+            y, lo, hi = np.exp(m[ok]), np.exp(m[ok] - s[ok]), np.exp(m[ok] + s[ok])
+        else:
+            y, lo, hi = m[ok], m[ok] - s[ok], m[ok] + s[ok]
+        ax.plot(lengths[ok], y, ls, marker="o", ms=3, lw=1.5, color=colour, label=variant)
+        ax.fill_between(lengths[ok], lo, hi, color=colour, alpha=0.15, lw=0)
+    for t in trained:
+        ax.axvline(t, color="0.3", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([str(v) for v in lengths], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("evaluation length (tokens); dashed: training length")
+    if metric == "ppl":
+        from matplotlib.ticker import FuncFormatter  # matplotlib is optional: imported where it draws
+
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)
+        low, high = ax.get_ylim()
+        if high / low <= 10:  # within a decade the minor ticks carry the only labels
+            ax.yaxis.set_minor_formatter(plain)
+        ax.tick_params(axis="y", which="both", labelsize=8)
+        ax.set_ylabel("perplexity (geometric mean over seeds)")
+    else:
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("accuracy (mean over seeds)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    name = _save(fig, out, stem)[0]
     plt.close(fig)
     return name

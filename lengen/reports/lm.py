@@ -8,12 +8,15 @@ import html
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from lengen import io
 from lengen.reports import lm_aggregate as lm
 from lengen.reports import page
+from lengen.reports.figures import metric_against_length
+from lengen.reports.load import SweepData
+from lengen.reports.render import html_rows, markdown_rows
+from lengen.sweeps.kinds.lm import metric_of, protocol_of
 
 MISSING = "—"
 FMT = "{:.3f}"
@@ -25,11 +28,7 @@ PROTOCOLS = {
     "ruler": "the RULER-style suite's accuracy (mean over its tasks) with a context of each length",
 }
 
-STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-         "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}"
-         "td:first-child,th:first-child{text-align:left}"
-         "img{max-width:100%}pre{background:#f6f6f6;padding:1em}")
+STYLE = page.style("td:first-child,th:first-child{text-align:left}")
 
 
 def caption(metric: str, protocol: str, trained: list[int]) -> str:
@@ -74,22 +73,7 @@ def _md_escape(text: str) -> str:
 
 
 def markdown_table(cap: str, header, rows, bolds) -> str:
-    out = [f"Table: {_md_escape(cap)}", "", "| " + " | ".join(header) + " |",
-           "|" + "|".join("---" for _ in header) + "|"]
-    for row, flags in zip(rows, bolds):
-        out.append("| " + " | ".join(f"**{_md_escape(t)}**" if b else _md_escape(t) for t, b in zip(row, flags))
-                   + " |")
-    return "\n".join(out) + "\n"
-
-
-def html_table(header, rows, bolds, table_id: str = "lm_table") -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for row, flags in zip(rows, bolds):
-        tds = "".join(f"<td><b>{esc(t)}</b></td>" if b else f"<td>{esc(t)}</td>" for t, b in zip(row, flags))
-        body.append(f"<tr>{tds}</tr>")
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return f"Table: {_md_escape(cap)}\n\n" + markdown_rows(header, rows, bolds, escape=_md_escape)
 
 
 def csv_frame(cells: pd.DataFrame) -> pd.DataFrame:
@@ -98,80 +82,18 @@ def csv_frame(cells: pd.DataFrame) -> pd.DataFrame:
     return c[["variant", "encoding", "method", "length", "mean", "std", "n"]].reset_index(drop=True)
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def figure(mean: pd.DataFrame, std: pd.DataFrame, metric: str, trained: list[int], out: Path, title: str) -> str | None:
-    """Fig. 1-2: one line per variant, mean over seeds with a ±std band, log2 length axis, a dashed
-    line at each training length. For ppl the y axis is the perplexity on a log scale: exp of the
-    mean log perplexity (the geometric mean over seeds), the band exp(mean ± std). Written as PNG
-    and SVG; returns the PNG's name (None when no cell has a finite value)."""
-    x = mean.to_numpy(dtype=float)
-    if not len(mean.columns) or not np.isfinite(x).any():
-        return None
-    plt = _plt()
-    stem = "ppl_vs_length" if metric == "ppl" else "accuracy_vs_length"
-    lengths = np.array([int(c) for c in mean.columns])
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    cmap = plt.get_cmap("tab10" if len(mean.index) <= 10 else "tab20")
-    for i, variant in enumerate(mean.index):
-        m = mean.loc[variant].to_numpy(dtype=float)
-        s = np.nan_to_num(std.loc[variant].to_numpy(dtype=float), nan=0.0)
-        ok = np.isfinite(m)
-        if not ok.any():
-            continue
-        colour = cmap(i % cmap.N)
-        ls = "-" if " + " not in variant else "--"
-        if metric == "ppl":
-            y, lo, hi = np.exp(m[ok]), np.exp(m[ok] - s[ok]), np.exp(m[ok] + s[ok])
-        else:
-            y, lo, hi = m[ok], m[ok] - s[ok], m[ok] + s[ok]
-        ax.plot(lengths[ok], y, ls, marker="o", ms=3, lw=1.5, color=colour, label=variant)
-        ax.fill_between(lengths[ok], lo, hi, color=colour, alpha=0.15, lw=0)
-    for t in trained:
-        ax.axvline(t, color="0.3", ls="--", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths)
-    ax.set_xticklabels([str(v) for v in lengths], fontsize=8)
-    ax.minorticks_off()
-    ax.set_xlabel("evaluation length (tokens); dashed: training length")
-    if metric == "ppl":
-        from matplotlib.ticker import FuncFormatter
-
-        ax.set_yscale("log")
-        plain = FuncFormatter(lambda v, _: f"{v:g}")
-        ax.yaxis.set_major_formatter(plain)
-        low, high = ax.get_ylim()
-        if high / low <= 10:  # within a decade the minor ticks carry the only labels
-            ax.yaxis.set_minor_formatter(plain)
-        ax.tick_params(axis="y", which="both", labelsize=8)
-        ax.set_ylabel("perplexity (geometric mean over seeds)")
-    else:
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("accuracy (mean over seeds)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
-    for ext in ("png", "svg"):
-        io.save_figure(out / f"{stem}.{ext}", fig)
-    plt.close(fig)
-    return f"{stem}.png"
-
-
-def build_lm_report(name: str, runs: pd.DataFrame, values: pd.DataFrame, metric: str, protocol: str,
-                    spec_text: str, out) -> dict:
+def build(data: SweepData, out: Path) -> dict:
     """Write lm_table.md, lm_table.csv, ppl_vs_length.png/.svg (accuracy_vs_length for metric
     accuracy; no figure while no run has a value) and index.html into `out`. Returns out, table
     (the mean DataFrame: variants x lengths), done, planned, missing (variant, length or None,
     runs with a value, planned runs), markdown (lm_table.md's text) and figure (the PNG's name or
     None)."""
-    out = Path(out)
+    protocol = protocol_of(data.evaluation)
+    metric = metric_of(protocol)
+    runs = data.runs.astype({c: float for c in ("train_loss", "val_ppl", "seconds")})
+    values = data.values
+    if "task" in values:  # RULER's score of a run: the mean over its tasks (a task too long is NaN)
+        values = values.groupby(["run_id", "method", "length"], as_index=False, sort=False)[metric].mean()
     done = int(runs["done"].fillna(False).astype(bool).sum()) if "done" in runs else 0
     variants = lm.variants(runs, values)
     cells = lm.cells(runs, values, metric)
@@ -191,20 +113,16 @@ def build_lm_report(name: str, runs: pd.DataFrame, values: pd.DataFrame, metric:
     io.write_text(out / "lm_table.csv", csv_frame(cells).to_csv(index=False, float_format="%.10g"))
 
     what = "perplexity" if metric == "ppl" else "accuracy"
-    fig = figure(mean, std, metric, trained, out, f"{name}: {what} against length ({protocol})")
-    page = _html(name, metric, runs, done, cap, header, rows, bolds, len(mean.columns) > 0, missing, fig,
-                 spec_text, out)
-    io.write_text(out / "index.html", page)
+    fig = metric_against_length(mean, std, metric, trained, out, f"{data.name}: {what} against length ({protocol})")
+    io.write_text(out / "index.html", _html(data, metric, runs, done, cap, (header, rows, bolds), len(mean.columns) > 0,
+                                            missing, fig, out))
     return {"out": out, "table": mean, "done": done, "planned": len(runs), "missing": missing, "markdown": md,
             "figure": fig}
 
 
-def _html(name, metric, runs, done, cap, header, rows, bolds, has_table, missing, fig, spec_text, out) -> str:
-    lengen_version = page.lengen_version()
+def _html(data, metric, runs, done, cap, table, has_table, missing, fig, out) -> str:
     esc = html.escape
-    parts = [f"<h1>lengen report: {esc(name)}</h1>",
-             (f"<p>{done} of {len(runs)} runs finished. Report folder <code>{esc(str(out))}</code>; "
-              f"lengen {esc(lengen_version)}.</p>")]
+    parts = page.opening(data.name, done, len(runs), "Report folder", out)
     if missing:
         items = "".join(f"<li>{esc(v)} at {'every length' if length is None else length}: {f} of {p} runs "
                         f"have a value</li>" for v, length, f, p in missing)
@@ -213,7 +131,7 @@ def _html(name, metric, runs, done, cap, header, rows, bolds, has_table, missing
     parts += ["<h2>Log perplexity by length (Li et al. 2023, §4.1)</h2>" if metric == "ppl"
               else "<h2>Accuracy by length</h2>", f"<p>{esc(cap)}</p>"]
     if has_table:
-        parts.append(html_table(header, rows, bolds))
+        parts.append(html_rows(*table, "lm_table"))
     else:
         parts.append(f'<p id="no_results">No run has finished yet: no table or figure ({done} of {len(runs)} '
                      "runs finished).</p>")
@@ -221,5 +139,12 @@ def _html(name, metric, runs, done, cap, header, rows, bolds, has_table, missing
         parts += ["<h2>Against length (Fig. 1-2)</h2>",
                   (f'<figure><img src="{esc(fig)}" alt="{esc(fig)}"><figcaption>One line per variant: the mean '
                    "over seeds, the band ± 1 std; dashed: training length.</figcaption></figure>")]
-    parts += ["<h2>The sweep file</h2>", f"<pre>{esc(spec_text or '')}</pre>"]
-    return page.document(name, parts, STYLE)
+    return page.document(data.name, parts, STYLE, data.spec_text)
+
+
+def summary(rep: dict) -> list[str]:
+    """What `lengen report` prints: how many runs finished, the table, the unfinished cells."""
+    lines = [f"{rep['done']} of {rep['planned']} runs finished", rep["markdown"]]
+    if rep["missing"]:
+        lines.append(f"{len(rep['missing'])} cells have unfinished runs (listed in index.html)")
+    return lines

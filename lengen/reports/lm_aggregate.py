@@ -3,7 +3,7 @@ Relative Positions Improves Long Context Transformers", §4.1, Fig. 1-2 and its 
 tables) over a sweep of `lengen lm` runs, as pandas DataFrames. Pure functions: the tests feed them
 hand-made tables.
 
-Inputs (see lengen/reports/lm_build.py):
+Inputs (see lengen/reports/lm.py):
 - `runs`: one row per planned run (run_id, pe, seed, lr, train_length, steps, done, ... and any
   option that varies between runs);
 - `values`: long form, one row per finished run, evaluation method and length:

@@ -1,6 +1,7 @@
-"""A sweep folder as two DataFrames: every planned run (finished or not, from the sweep's own
-file) with its results where it has them, and the accuracy of finished runs by length. Read
-from the run directories, so a report is right even when results.csv is older than the runs."""
+"""A sweep folder of any kind as two DataFrames: every planned run (finished or not, from the
+sweep's own file) with its results where it has them, and the finished runs' values by length.
+Read from the run directories through the sweep's results writer (lengen.sweeps.results), so a
+report is right even when the tables in the folder are older than the runs."""
 
 from __future__ import annotations
 
@@ -20,35 +21,44 @@ class SweepData:
     name: str
     path: Path
     spec_text: str
-    runs: pd.DataFrame       # one row per planned run; `done` and `score` tell which finished
-    accuracy: pd.DataFrame   # run_id, length, accuracy (finished runs)
+    kind: str                # the sweep's `command:` (lengen.sweeps.kinds): train or lm
+    evaluation: dict         # its `eval:` section ({} when it has none)
+    runs: pd.DataFrame       # one row per planned run: results.csv's columns (empty until the run
+                             # finished) and `done`
+    values: pd.DataFrame     # the finished runs' values by length: the long table's columns
+    configs: list            # each planned run's config, in the order of `runs`
+
+
+def _index(path) -> dict:
+    if not Path(path).is_dir():
+        raise LengenError(f"{path} is not a folder; give a folder written by `lengen sweep run`")
+    return SweepDir(path).read_index()
+
+
+def sweep_command(path) -> str:
+    """The `command:` of the sweep in folder `path` (train or lm); LengenError when it holds none."""
+    spec = _index(path)["spec"]
+    return spec.get("command", "train") if isinstance(spec, dict) else "train"
 
 
 def load_sweep(path) -> SweepData:
-    sweep = SweepDir(path)
-    if not Path(path).is_dir():
-        raise LengenError(f"{path} is not a folder; give a folder written by `lengen sweep run`")
-    index = sweep.read_index()
+    index = _index(path)
     try:
-        runs = expand(parse_spec(index["spec"], where=str(sweep.path / SweepDir.INDEX)))
+        spec = parse_spec(index["spec"], where=str(Path(path) / SweepDir.INDEX))
+        runs = expand(spec)
     except LengenError as e:
-        raise LengenError(f"{sweep.path}: its sweep no longer expands with this lengen ({e})") from None
-    writer = ResultsWriter(sweep, runs)
-    rows, acc = [], []
-    for run, (row, pairs) in zip(runs, writer.rows()):
-        if row is None:
-            rows.append({**writer.config_row(run), "done": False})
-            continue
-        rows.append({**row, "done": True})
-        acc.extend((run.run_id, n, a) for n, a in pairs)
+        raise LengenError(f"{path}: its sweep no longer expands with this lengen ({e})") from None
+    sweep = SweepDir(path, spec.kind.done_file(spec.evaluation))
+    writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
+    rows, values = [], []
+    for run, (row, run_values) in zip(runs, writer.rows()):
+        rows.append({**(row if row is not None else writer.config_row(run)), "done": row is not None})
+        values.extend((run.run_id, *v) for v in run_values or ())
     frame = pd.DataFrame(rows)
-    frame["model"] = [run.config.model.architecture for run in runs]  # a recurrent run's column label
-    for col in ("score", "seconds", "train_seconds", "eval_seconds", "accuracy_in_train_range", "test_positions"):
-        if col not in frame:
-            frame[col] = None
-    frame["score"] = frame["score"].astype(float)
-    frame["seconds"] = frame["seconds"].astype(float)
+    for column in writer.columns:  # no run has finished yet
+        if column not in frame:
+            frame[column] = None
     spec_file = sweep.path / SweepDir.SPEC
-    return SweepData(name=index["name"], path=sweep.path,
-                     spec_text=spec_file.read_text() if spec_file.exists() else "",
-                     runs=frame, accuracy=pd.DataFrame(acc, columns=["run_id", "length", "accuracy"]))
+    return SweepData(name=spec.name, path=sweep.path, spec_text=spec_file.read_text() if spec_file.exists() else "",
+                     kind=spec.command, evaluation=spec.evaluation or {}, runs=frame,
+                     values=pd.DataFrame(values, columns=writer.by_length_columns), configs=[r.config for r in runs])

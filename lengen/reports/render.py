@@ -1,5 +1,5 @@
-"""Tables as the paper prints them: tasks grouped by level, the best cell of each row in bold, an
-average row; as Markdown, as HTML and as CSV."""
+"""Tables of texts as Markdown and HTML (every report's), and the seed paper's tables as it prints
+them: tasks grouped by level, the best cell of each row in bold, an average row."""
 
 from __future__ import annotations
 
@@ -58,30 +58,40 @@ def cell_texts(table: pd.DataFrame, std: pd.DataFrame | None = None, fmt: str = 
     return header, rows, bolds
 
 
-def markdown(table: pd.DataFrame, **kw) -> str:
-    header, rows, bolds = cell_texts(table, **kw)
+def markdown_rows(header: list[str], rows: list[list[str]], bolds: list[list[bool]] | None = None,
+                  escape=str) -> str:
+    """A Markdown table of texts, `bolds` marking the cells in bold; `escape` applies to the
+    cells (not the header)."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row, flags in zip(rows, bolds):
-        out.append("| " + " | ".join(f"**{t}**" if b else t for t, b in zip(row, flags)) + " |")
+    for row, flags in zip(rows, bolds or [[False] * len(header)] * len(rows)):
+        out.append("| " + " | ".join(f"**{escape(t)}**" if b else escape(t) for t, b in zip(row, flags)) + " |")
     return "\n".join(out) + "\n"
 
 
-def html_table(table: pd.DataFrame, table_id: str, **kw) -> str:
-    header, rows, bolds = cell_texts(table, **kw)
+def html_rows(header: list[str], rows: list[list[str]], bolds: list[list[bool]], table_id: str,
+              row_class=lambda row: "") -> str:
+    """An HTML table of texts, `bolds` marking the cells in bold, `row_class(row)` naming a
+    row's class ("": none)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = []
     for row, flags in zip(rows, bolds):
-        cls = ' class="average"' if row[1] == "Average" else ' class="task"'
+        cls = row_class(row)
+        attr = f' class="{cls}"' if cls else ""
         cells = "".join(f"<td><b>{html.escape(t)}</b></td>" if b else f"<td>{html.escape(t)}</td>"
                         for t, b in zip(row, flags))
-        body.append(f"<tr{cls}>{cells}</tr>")
+        body.append(f"<tr{attr}>{cells}</tr>")
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def markdown(table: pd.DataFrame, **kw) -> str:
+    return markdown_rows(*cell_texts(table, **kw))
+
+
+def html_table(table: pd.DataFrame, table_id: str, **kw) -> str:
+    return html_rows(*cell_texts(table, **kw), table_id, lambda row: "average" if row[1] == "Average" else "task")
 
 
 def simple_markdown(frame: pd.DataFrame, fmt: str = "{:.1f}") -> str:
     """Any small DataFrame (the comparison tables) as Markdown."""
-    cols = list(frame.columns)
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in frame.iterrows():
-        out.append("| " + " | ".join(fmt.format(v) if isinstance(v, float) else str(v) for v in r) + " |")
-    return "\n".join(out) + "\n"
+    rows = [[fmt.format(v) if isinstance(v, float) else str(v) for v in r] for _, r in frame.iterrows()]
+    return markdown_rows(list(frame.columns), rows)

@@ -1,24 +1,26 @@
-"""results.csv and accuracy_by_length.csv, rebuilt from the run directories (the single source of
-truth) by the one process that coordinates a sweep, and written atomically: workers never write
-them, and rebuilding from the same run directories gives the same bytes."""
+"""A sweep's results tables, rebuilt from the run directories (the single source of truth) by the
+one process that coordinates the sweep, and written atomically: workers never write them, and
+rebuilding from the same run directories gives the same bytes. Two tables, whatever the kind:
+
+    results.csv         one row per finished run: its config, then what it gave
+    <values by length>  run_id, the columns that group a run's values, length, the value (long
+                        form): accuracy_by_length.csv for CHE runs, ppl_by_length.csv for LMs
+
+Which columns and rows a finished run gives, and the tables' names, are the sweep kind's
+(lengen.sweeps.kinds: `tables`, the column tuples, `rows_of`); which runs are finished, keeping
+their rows, the order and the writing are this module's."""
 
 from __future__ import annotations
 
 import csv
 import io as _io
 import json
+import math
 
 from lengen import io
+from lengen.sweeps.kinds.base import SweepKind
 from lengen.sweeps.sweep_dir import SweepDir
-from lengen.training.config import TRAIN_OPTIONS
-from lengen.training.options import option_values
 
-RESULTS = "results.csv"
-ACCURACY = "accuracy_by_length.csv"
-#: always present, in this order; every other option that varies in the sweep follows
-BASE_COLUMNS = ["run_id", "task", "pe", "positions", "test_positions", "lr", "seed", "steps", "train_length",
-                "max_length", "score", "accuracy_in_train_range", "seconds", "train_seconds", "eval_seconds",
-                "device"]
 #: varying options never shown as columns (where a run executed is in `device`)
 _HIDDEN = {"device"}
 
@@ -29,22 +31,22 @@ def _flat(name: str, value) -> dict:
     return {name: value}
 
 
-def flat_options(cfg, values=option_values) -> dict:
-    """Every option of a config (`values(cfg)`: option -> value), mapping options flattened
-    (pe_options.base)."""
+def flat_options(values: dict) -> dict:
+    """Options by name (`kind.option_values(cfg)`), mapping options flattened (pe_options.base)."""
     out: dict = {}
-    for name, value in values(cfg).items():
+    for name, value in values.items():
         out.update(_flat(name, value))
     return out
 
 
-def varying_columns(runs, options=TRAIN_OPTIONS, values=option_values, base=BASE_COLUMNS) -> list[str]:
+def varying_columns(runs, kind: SweepKind) -> list[str]:
     """Options (dict options flattened as name.key) whose value differs between runs, not already
-    a base column, in `options` order. `values(cfg)` gives a config's options by name."""
-    per_run = [values(r.config) for r in runs]  # one config walk per run
+    a column of the kind's table, in the option table's order."""
+    per_run = [kind.option_values(r.config) for r in runs]  # one config walk per run
+    shown = _HIDDEN | set(kind.leading_columns) | set(kind.trailing_columns)
     columns: list[str] = []
-    for name in options:
-        if name in _HIDDEN or name in base:
+    for name in (per_run[0] if per_run else ()):
+        if name in shown:
             continue
         values = [_flat(name, options[name]) for options in per_run]
         keys = sorted({k for v in values for k in v})
@@ -54,62 +56,77 @@ def varying_columns(runs, options=TRAIN_OPTIONS, values=option_values, base=BASE
     return columns
 
 
-class ResultsWriter:
-    """Keeps the rows of finished runs (an eval.json never changes once written) so periodic
-    rebuilds during a long sweep read each run once."""
+def _by_length(values: list[tuple], at: int) -> list[tuple]:
+    """A run's long rows with the length (item `at`) an int, ordered by length within each group
+    of the items before it (the groups in their first order)."""
+    values = [(*v[:at], int(v[at]), *v[at + 1:]) for v in values]
+    groups: dict = {}
+    for v in values:
+        groups.setdefault(v[:at], len(groups))
+    return sorted(values, key=lambda v: (groups[v[:at]], v[at]))
 
-    def __init__(self, sweep: SweepDir, runs):
-        self.sweep, self.runs = sweep, runs
-        self.extra = varying_columns(runs)
-        self._cache: dict[str, tuple[dict, list] | None] = {}
+
+def _cell(value, nan_too: bool = False):
+    """A value as the CSV holds it: None (and, with `nan_too`, NaN) as an empty cell."""
+    empty = value is None or (nan_too and isinstance(value, float) and math.isnan(value))
+    return "" if empty else value
+
+
+class ResultsWriter:
+    """Keeps the rows of finished runs (nothing in a run directory changes once its done file is
+    written, and a run counts as finished only then) so periodic rebuilds during a long sweep read
+    each finished run once."""
+
+    def __init__(self, sweep: SweepDir, runs, kind: SweepKind, evaluation: dict | None = None):
+        self.sweep, self.runs, self.kind, self.evaluation = sweep, runs, kind, evaluation
+        self.extra = varying_columns(runs, kind)
+        self.columns = [*kind.leading_columns, *self.extra, *kind.trailing_columns]
+        self.by_length_columns = kind.by_length_columns(evaluation)
+        self._cache: dict[str, tuple[dict, list]] = {}
 
     def config_row(self, run) -> dict:
-        """What the config says of a run (finished or not): identity, base options, varying options."""
-        cfg = run.config
-        flat = flat_options(cfg)
-        return {"run_id": run.run_id, "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
-                "lr": cfg.lr, "seed": cfg.seed, "steps": cfg.steps, "train_length": cfg.train_length,
-                "max_length": cfg.max_length, **{c: flat.get(c) for c in self.extra}}
+        """What the config says of a run (finished or not): its id, the options among the
+        kind's columns, the varying options."""
+        values = self.kind.option_values(run.config)
+        flat = flat_options(values)
+        return {"run_id": run.run_id, **{c: values[c] for c in self.kind.config_columns},
+                **{c: flat.get(c) for c in self.extra}}
 
     def _row(self, run) -> tuple[dict, list] | None:
-        if self._cache.get(run.run_id) is not None:
+        if run.run_id in self._cache:
             return self._cache[run.run_id]
-        path = self.sweep.run_path(run.run_id) / "eval.json"
-        try:
-            ev = io.read_json(path)
+        path = self.sweep.run_path(run.run_id)
+        try:  # no done file yet: not finished, and read again at the next rebuild
+            done = io.read_json(path / self.sweep.done_file)
+            result, values = self.kind.rows_of(path, done, self.evaluation)
         except (OSError, ValueError):
             return None
-        train_s, eval_s = ev.get("train_seconds"), ev.get("eval_seconds")
-        row = {**self.config_row(run), "test_positions": ev["test_positions"], "max_length": ev["max_length"],
-               "score": ev["score"], "accuracy_in_train_range": ev["accuracy_in_train_range"],
-               "seconds": round(train_s + eval_s, 3) if train_s is not None and eval_s is not None else None,
-               "train_seconds": train_s, "eval_seconds": eval_s, "device": ev.get("device")}
-        acc = [(int(n), a) for n, a in ev["accuracy_by_length"].items()]
-        self._cache[run.run_id] = (row, acc)
-        return row, acc
+        train_s, eval_s = result.get("train_seconds"), result.get("eval_seconds")
+        row = {**self.config_row(run), **result,
+               "seconds": round(train_s + eval_s, 3) if train_s is not None and eval_s is not None else None}
+        self._cache[run.run_id] = got = (row, _by_length(values, self.by_length_columns.index("length") - 1))
+        return got
 
     def rows(self):
-        """(row or None, accuracy pairs or None) per run, in sweep order."""
+        """(row or None, long rows less the run_id or None) per run, in sweep order."""
         for run in self.runs:
             got = self._row(run)
-            yield (got if got is not None else (None, None))
+            yield got if got is not None else (None, None)
 
     def write(self) -> int:
         """Rewrite both tables; returns the number of finished runs."""
-        columns = BASE_COLUMNS + self.extra
         table, long = _io.StringIO(), _io.StringIO()
-        w = csv.writer(table, lineterminator="\n")
-        w.writerow(columns)
-        a = csv.writer(long, lineterminator="\n")
-        a.writerow(["run_id", "length", "accuracy"])
-        n = 0
-        for row, acc in self.rows():
+        w, a = csv.writer(table, lineterminator="\n"), csv.writer(long, lineterminator="\n")
+        w.writerow(self.columns)
+        a.writerow(self.by_length_columns)
+        finished = 0
+        for row, values in self.rows():
             if row is None:
                 continue
-            n += 1
-            w.writerow(["" if row[c] is None else row[c] for c in columns])
-            for length, value in sorted(acc):
-                a.writerow([row["run_id"], length, value])
-        io.write_text(self.sweep.path / RESULTS, table.getvalue())
-        io.write_text(self.sweep.path / ACCURACY, long.getvalue())
-        return n
+            finished += 1
+            w.writerow([_cell(row[c]) for c in self.columns])
+            a.writerows([row["run_id"], *v[:-1], _cell(v[-1], nan_too=True)] for v in values)
+        results, by_length = self.kind.tables
+        io.write_text(self.sweep.path / results, table.getvalue())
+        io.write_text(self.sweep.path / by_length, long.getvalue())
+        return finished

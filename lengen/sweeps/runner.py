@@ -16,6 +16,9 @@ from lengen.errors import LengenError
 from lengen.progress import progress_bar
 from lengen.sweeps.spec import SweepSpec, expand
 from lengen.sweeps.grouping import default_group_size, plan_groups
+from lengen.sweeps.local import run_local
+from lengen.sweeps.ray_backend import connect, run_ray
+from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.sweep_dir import SweepDir
 from lengen.sweeps.worker import job
 
@@ -93,8 +96,6 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
         devices = plan_devices(opts.device)
         workers, threads = plan_workers(opts, devices)
     else:
-        from lengen.sweeps.ray_backend import connect
-
         connect(opts.ray_address)  # Ray missing or unreachable: one line, nothing written
         devices, workers, threads = [opts.device], None, opts.threads or 1
     holder = sweep.runner()
@@ -126,7 +127,7 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     todo = [r for r in runs if states[r.run_id] != "done"]
     size = opts.group_size or (default_group_size(devices) if opts.backend == "local" else 1)
     jobs = [job(spec, group) for group in plan_groups(todo, spec.command, sweep, size)]
-    writer = spec.kind.results_writer(sweep, runs, spec.evaluation)
+    writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
     counts = {"done": len(runs) - len(todo), "failed": 0}
     where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
@@ -171,12 +172,8 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
 
     try:
         if jobs and opts.backend == "local":
-            from lengen.sweeps.local import run_local
-
             run_local(jobs, str(sweep.path.resolve()), workers, threads, devices, on_result, on_tick)
         elif jobs:
-            from lengen.sweeps.ray_backend import run_ray
-
             run_ray(jobs, str(sweep.path.resolve()), opts.ray_address, opts.device, threads,
                     opts.runs_per_gpu, on_result, on_tick)
     finally:

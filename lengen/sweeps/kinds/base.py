@@ -5,17 +5,31 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 
 class SweepKind:
     name: str = ""                  # the sweep file's `command:`
     command: str = ""               # the command whose options the grid holds, for messages
-    tables: tuple[str, ...] = ()    # the results tables it writes into the sweep folder
     #: config fields that cannot make a run invalid in a way only a model build finds
     cheap_fields: tuple[str, ...] = ()
 
+    # -- its results tables (lengen.sweeps.results writes them) --
+    #: (one row per finished run, its values by length in long form): the files in the sweep folder
+    tables: tuple[str, str] = ("", "")
+    #: the per-run table's first columns; every other option that varies in the sweep follows them,
+    #: then `trailing_columns`
+    leading_columns: tuple[str, ...] = ()
+    trailing_columns: tuple[str, ...] = ()
+    #: the leading columns that are options, read from a run's config (finished or not)
+    config_columns: tuple[str, ...] = ()
+
     def options(self) -> list[str]:
         """Option names a sweep file may set (in `grid` and `fixed`)."""
+        raise NotImplementedError
+
+    def option_values(self, cfg) -> dict:
+        """Every option's value in a config, by option name, in the option table's order."""
         raise NotImplementedError
 
     def coerce(self, name: str, value):
@@ -54,6 +68,13 @@ class SweepKind:
         """Train (or resume) and evaluate the run in `path`; returns a one-line summary."""
         raise NotImplementedError
 
-    def results_writer(self, sweep, runs, evaluation: dict | None):
-        """An object with write() -> finished runs, and rows() -> (row or None, values or None) per run."""
+    def by_length_columns(self, evaluation: dict | None) -> list[str]:
+        """The header of the long table: run_id, the columns that group a run's values, length,
+        the value."""
+        raise NotImplementedError
+
+    def rows_of(self, path: Path, done: dict, evaluation: dict | None) -> tuple[dict, list[tuple]]:
+        """What a finished run in `path` gives (`done`: its done file, read): its result columns
+        (train_seconds and eval_seconds among them), and its rows of the long table less the
+        run_id. OSError or ValueError when a file it reads is missing or not whole."""
         raise NotImplementedError

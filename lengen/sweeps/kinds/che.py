@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import copy
 
+from lengen.errors import LengenError
 from lengen.sweeps.kinds.base import SweepKind
+from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
+from lengen.training import loop
+from lengen.training.options import coerce_option, config_from_options, option_values
+from lengen.training.setup import build_run
 
 
 class CHEKind(SweepKind):
     name = "train"
     command = "lengen train"
-    tables = ("results.csv", "accuracy_by_length.csv")
     cheap_fields = ("seed", "lr", "grad_clip", "steps", "eval_samples", "eval_seed", "checkpoint_every",
                     "log_every", "precision", "device")
+    tables = ("results.csv", "accuracy_by_length.csv")
+    leading_columns = ("run_id", "task", "pe", "positions", "test_positions", "lr", "seed", "steps",
+                       "train_length", "max_length", "score", "accuracy_in_train_range", "seconds",
+                       "train_seconds", "eval_seconds", "device")
+    config_columns = ("task", "pe", "positions", "lr", "seed", "steps", "train_length", "max_length")
 
     def options(self) -> list[str]:
-        from lengen.training.config import TRAIN_OPTIONS
-
         return sorted((set(TRAIN_OPTIONS) - {"device"}) | {"preset"})
 
-    def coerce(self, name: str, value):
-        from lengen.errors import LengenError
-        from lengen.training.options import coerce_option
+    def option_values(self, cfg) -> dict:
+        return option_values(cfg)
 
+    def coerce(self, name: str, value):
         if name == "preset":
             if not isinstance(value, str):
                 raise LengenError(f"preset must be a preset name, got {value!r}")
@@ -30,9 +37,6 @@ class CHEKind(SweepKind):
         return coerce_option(name, value)
 
     def config(self, options: dict, grid_keys: frozenset = frozenset()):
-        from lengen.training.config import options_not_read
-        from lengen.training.options import config_from_options
-
         options = dict(options)
         if "model" in grid_keys:
             # a sweep across architectures: a `fixed` option applies to the models that read it
@@ -45,28 +49,26 @@ class CHEKind(SweepKind):
         return cfg
 
     def config_from_dict(self, d: dict):
-        from lengen.training.config import TrainConfig
-
         return TrainConfig.from_dict(d)
 
     def check(self, cfg, evaluation) -> None:
-        from lengen.training.setup import build_run
-
         build_run(copy.deepcopy(cfg))
 
     def done_file(self, evaluation) -> str:
         return "eval.json"
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
-        from lengen.training.loop import train
-
-        record = train(cfg, path, progress=False, on_log=on_log)
+        record = loop.train(cfg, path, progress=False, on_log=on_log)
         return f"score {record.get('score')}"
 
-    def results_writer(self, sweep, runs, evaluation):
-        from lengen.sweeps.results import ResultsWriter
+    def by_length_columns(self, evaluation) -> list[str]:
+        return ["run_id", "length", "accuracy"]
 
-        return ResultsWriter(sweep, runs)
+    def rows_of(self, path, done, evaluation) -> tuple[dict, list[tuple]]:
+        # the done file is the run's eval.json
+        result = {k: done[k] for k in ("test_positions", "max_length", "score", "accuracy_in_train_range")}
+        result.update({k: done.get(k) for k in ("train_seconds", "eval_seconds", "device")})
+        return result, list(done["accuracy_by_length"].items())
 
 
 CHE = CHEKind()

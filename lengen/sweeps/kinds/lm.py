@@ -19,7 +19,24 @@ import json
 import time
 import typing
 
+import torch
+
+from lengen import io
+from lengen.data import load_corpus
+from lengen.data.tokenizer import ByteTokenizer
+from lengen.devices import check_precision
 from lengen.errors import LengenError
+from lengen.extrapolation import split_methods
+from lengen.lm import evaluate  # its functions by attribute, so a test can stand in for evaluate_lm
+from lengen.lm.config import LMConfig
+from lengen.lm.loop import EVAL_FILE
+from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
+from lengen.lm.model import DecoderLM
+from lengen.lm.options import LM_OPTIONS, coerce_lm_option, lm_config_from_options, lm_option_values
+from lengen.lm.train import train_lm
+from lengen.options import coerce_value
+from lengen.protocols.fitting import check_prompts_fit
+from lengen.protocols.options import USED_BY, check_protocol_options
 from lengen.sweeps.kinds.base import SweepKind
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
@@ -28,49 +45,39 @@ EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "see
 
 
 def _eval_types() -> dict:
-    from lengen.lm.evaluate import LMEvalConfig
-
-    hints = typing.get_type_hints(LMEvalConfig)
+    hints = typing.get_type_hints(evaluate.LMEvalConfig)
     return {k: hints[k] for k in EVAL_KEYS}
 
 
 class LMKind(SweepKind):
     name = "lm"
     command = "lengen lm train"
-    tables = ("results.csv", "ppl_by_length.csv")
     cheap_fields = ("seed", "lr", "steps", "warmup", "weight_decay", "grad_clip", "checkpoint_every",
                     "log_every", "val_windows", "precision", "device")
+    tables = ("results.csv", "ppl_by_length.csv")
+    leading_columns = ("run_id", "pe", "seed", "lr", "steps", "train_length")
+    trailing_columns = ("train_loss", "val_ppl", "unigram_ppl", "parameters", "seconds", "train_seconds",
+                        "eval_seconds", "device")
+    config_columns = ("pe", "seed", "lr", "steps", "train_length")
 
     def options(self) -> list[str]:
-        from lengen.lm.options import LM_OPTIONS
-
         return sorted(set(LM_OPTIONS) - {"device"})
 
-    def coerce(self, name: str, value):
-        from lengen.lm.options import coerce_lm_option
+    def option_values(self, cfg) -> dict:
+        return lm_option_values(cfg)
 
+    def coerce(self, name: str, value):
         return coerce_lm_option(name, value)
 
     def config(self, options: dict, grid_keys: frozenset = frozenset()):
-        from lengen.lm.options import lm_config_from_options
-
         cfg = lm_config_from_options(options)
         cfg.validate()
         return cfg
 
     def config_from_dict(self, d: dict):
-        from lengen.lm.config import LMConfig
-
         return LMConfig.from_dict(d)
 
     def parse_eval(self, raw, errors: list[str]) -> dict | None:
-        from lengen.devices import check_precision
-        from lengen.extrapolation import split_methods
-        from lengen.options import coerce_value
-        from lengen.data.tokenizer import ByteTokenizer
-        from lengen.protocols.fitting import check_prompts_fit
-        from lengen.protocols.options import USED_BY, check_protocol_options
-
         if raw is None:
             return {}
         if not isinstance(raw, dict):
@@ -113,20 +120,11 @@ class LMKind(SweepKind):
         return settings
 
     def eval_config(self, evaluation: dict | None, train_length: int, device: str = "cpu"):
-        from lengen.lm.evaluate import LMEvalConfig
-
-        ecfg = LMEvalConfig(**copy.deepcopy(evaluation or {}), device=device)
+        ecfg = evaluate.LMEvalConfig(**copy.deepcopy(evaluation or {}), device=device)
         ecfg.validate(train_length)
         return ecfg
 
     def check(self, cfg, evaluation) -> None:
-        import torch
-
-        from lengen.data import load_corpus
-        from lengen.data.tokenizer import ByteTokenizer
-        from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
-        from lengen.lm.model import DecoderLM
-
         ecfg = self.eval_config(evaluation, cfg.train_length)
         try:
             # shapes and options only: no memory, and no number drawn from anyone's stream
@@ -146,29 +144,40 @@ class LMKind(SweepKind):
         return f"sweep-eval-{hashlib.sha256(blob.encode()).hexdigest()[:8]}.json"
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
-        from lengen import io
-        from lengen.lm.evaluate import evaluate_lm
-        from lengen.lm.loop import EVAL_FILE
-        from lengen.lm.train import train_lm
-
         if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
             train_lm(cfg, path, progress=False, on_log=on_log)
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg.train_length, cfg.device)
         ecfg.precision = (evaluation or {}).get("precision", cfg.precision)
         start = time.perf_counter()
-        result = evaluate_lm(path, ecfg, out_dir=path / done_file.removesuffix(".json"), progress=False,
-                             plain_for_non_rope=True)
+        result = evaluate.evaluate_lm(path, ecfg, out_dir=path / done_file.removesuffix(".json"), progress=False,
+                                      plain_for_non_rope=True)
         io.write_json(path / done_file, {"settings": evaluation or {}, "protocol": ecfg.protocol,
                                          "metric": result["metric"], "lengths": ecfg.lengths,
                                          "rows": result["rows"], "device": result["meta"]["device"],
                                          "eval_seconds": round(time.perf_counter() - start, 3)})
         return f"val ppl {record.get('val_ppl'):.3f}, {len(result['rows'])} {result['metric']} rows"
 
-    def results_writer(self, sweep, runs, evaluation):
-        from lengen.sweeps.lm_results import LMResultsWriter
+    def by_length_columns(self, evaluation) -> list[str]:
+        per_task = ["task"] if protocol_of(evaluation) == "ruler" else []  # ruler: a value per task too
+        return ["run_id", "method", *per_task, "length", metric_of(protocol_of(evaluation))]
 
-        return LMResultsWriter(sweep, runs, self.done_file(evaluation), (evaluation or {}).get("protocol", "ppl"))
+    def rows_of(self, path, done, evaluation) -> tuple[dict, list[tuple]]:
+        record = io.read_json(path / EVAL_FILE)  # the training's: written before the done file
+        result = {k: record.get(k) for k in ("train_loss", "val_ppl", "unigram_ppl", "parameters", "train_seconds")}
+        result.update({k: done.get(k) for k in ("eval_seconds", "device")})
+        *keys, metric = self.by_length_columns(evaluation)[1:]   # method[, task], length; the metric
+        return result, [(*(r[k] for k in keys), r.get(metric)) for r in done["rows"]]
+
+
+def protocol_of(evaluation: dict | None) -> str:
+    """The evaluation protocol of a sweep's `eval:` section."""
+    return (evaluation or {}).get("protocol", "ppl")
+
+
+def metric_of(protocol: str) -> str:
+    """What a protocol measures at each length: accuracy (passkey, ruler) or perplexity."""
+    return "accuracy" if protocol in ("passkey", "ruler") else "ppl"
 
 
 LM = LMKind()

@@ -1,0 +1,38 @@
+"""`lengen report`: one path for every sweep kind. The sweep folder is read (lengen.reports.load:
+every planned run and its results, through the sweep's results writer), then the kind's report
+writes its tables, figures and index.html (REPORTS, by the sweep file's `command:`): the seed
+paper's for CHE sweeps (lengen.reports.che), the FIRE paper's for language models
+(lengen.reports.lm)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lengen.reports import che, lm
+from lengen.reports.load import SweepData, load_sweep
+from lengen.sweeps.kinds.che import CHE
+from lengen.sweeps.kinds.lm import LM
+
+
+@dataclass(frozen=True)
+class KindReport:
+    """The part of a report that depends on the sweep kind."""
+
+    build: Callable[[SweepData, Path], dict]  # writes into the folder; returns what it made (done, planned, ...)
+    summary: Callable[[dict], list[str]]      # what `lengen report` prints of it, one print each
+
+
+#: the report of each sweep kind (lengen.sweeps.kinds), by the kind's name
+REPORTS: dict[str, KindReport] = {CHE.name: KindReport(che.build, che.summary),
+                                  LM.name: KindReport(lm.build, lm.summary)}
+
+
+def build_report(sweep_path, out) -> dict:
+    """The report of the sweep in folder `sweep_path`, written into `out`. Returns what the kind's
+    report made, with `summary`: the lines `lengen report` prints."""
+    data = load_sweep(sweep_path)
+    report = REPORTS[data.kind]
+    made = report.build(data, Path(out))
+    return {**made, "summary": report.summary(made)}
