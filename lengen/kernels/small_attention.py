@@ -28,6 +28,11 @@ import tempfile
 import threading
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # no POSIX locks: concurrent kernel builds just race to the same atomic rename
+    fcntl = None
+
 import torch
 import torch.nn.functional as F
 
@@ -106,11 +111,6 @@ def build(verbose: bool = False) -> Path:
     if lib_path.exists():
         return lib_path
     out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # no POSIX locks: concurrent builds just race to the same atomic rename
-        fcntl = None
-
     with open(out_dir / "build.lock", "w") as lock:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library

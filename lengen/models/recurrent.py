@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lengen.models.che import CHEModel
 from lengen.models.config import ModelConfig
 
 #: (push, pop, no-op): the order of the Stack-RNN's action softmax
@@ -251,8 +252,6 @@ MODELS = {"rnn": RNNModel, "lstm": LSTMModel, "stack_rnn": StackRNNModel, "tape_
 def build_model(cfg: ModelConfig, input_vocab_size: int, output_vocab_size: int) -> nn.Module:
     """The CHE model of cfg.architecture: CHEModel (the Transformer) or a recurrent baseline."""
     if cfg.architecture == "transformer":
-        from lengen.models.che import CHEModel
-
         return CHEModel(cfg, input_vocab_size, output_vocab_size)
     cfg.validate()
     return MODELS[cfg.architecture](cfg, input_vocab_size, output_vocab_size)

@@ -10,6 +10,7 @@ from dataclasses import fields
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig, not_applicable
 from lengen.options import coerce_value, get_path, set_path
+from lengen.presets import get_preset
 from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
 
 def check_given_options(given, architecture: str, flags: bool = True) -> None:
@@ -40,8 +41,6 @@ def config_from_options(options: dict, preset: str | None = None) -> TrainConfig
     d = TrainConfig().to_dict()
     given = dict(options)
     if preset:
-        from lengen.presets import get_preset
-
         values = {k: v for k, v in get_preset(preset).items() if k != "description"}
         unknown = set(values) - set(TRAIN_OPTIONS)
         if unknown:
