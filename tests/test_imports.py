@@ -14,16 +14,6 @@ ROOT = Path(lengen.__file__).parent
 #: what a function may import on use (the module or any submodule)
 LAZY_OK = ("ray", "transformers", "matplotlib", "lengen.hf")
 
-# being moved in the same change (files other edits hold now; each still has, or had at the last
-# commit, a function-level import that is not allowed): empty this set when those edits land
-PENDING = {
-    "lengen/cli/report.py",
-    "lengen/reports/__init__.py",
-    "lengen/reports/page.py",
-    "lengen/sweeps/kinds/che.py",
-    "lengen/sweeps/kinds/lm.py",
-    "lengen/sweeps/runner.py",
-}
 
 
 def _lazy_ok(module: str) -> bool:
@@ -69,8 +59,7 @@ def violations(paths, root: Path = ROOT) -> list[str]:
 
 
 def test_function_level_imports_are_only_for_optional_dependencies():
-    paths = [p for p in sorted(ROOT.rglob("*.py")) if p.relative_to(ROOT.parent).as_posix() not in PENDING]
-    found = violations(paths)
+    found = violations(sorted(ROOT.rglob("*.py")))
     assert not found, ("imports inside functions (move them to the top of the module; only Ray, "
                        "transformers / lengen.hf and matplotlib may be imported on use):\n" + "\n".join(found))
 
