@@ -13,6 +13,7 @@ import yaml
 
 from lengen.cli import main
 from lengen.reports import aggregate as agg
+from lengen.reports.compare import compare_variants
 from lengen.reports.published import compare, comparable, published_table1
 from lengen.reports.render import cell_texts, markdown
 
@@ -212,3 +213,48 @@ def test_best_runs_picks_the_highest_score_per_cell_first_on_ties():
     picked = best_runs(runs)
     assert dict(zip(zip(picked["task"], picked["variant"]), picked["run_id"])) == {
         ("parity_check", "rope"): "b", ("parity_check", "alibi"): "e", ("even_pairs", "rope"): "f"}
+
+
+def test_compare_pairs_cells_by_task_lr_and_seed():
+    # r_rope - rope per (task, lr, seed), x 100, worked out from hand_runs' scores:
+    # even_pairs: 90-50, 70-60, 85-55, 85-52 = 40, 10, 30, 33 -> mean 28.25, std 12.868 (ddof 1),
+    #   se 6.434, t(0.975, 3) = 3.18245 -> [7.77, 48.73]: r_rope wins
+    # bucket_sort: 99-30, 40-25, 50-35 (the unfinished seed left out) = 69, 15, 15 -> mean 33,
+    #   std 31.177, se 18.0, t(0.975, 2) = 4.30265 -> [-44.45, 110.45]: within noise
+    table = compare_variants(hand_runs(), "r_rope", "rope").set_index("task")
+    assert list(table.index) == ["even_pairs", "bucket_sort", "all tasks"]
+    ep, bs, both = table.loc["even_pairs"], table.loc["bucket_sort"], table.loc["all tasks"]
+    assert (ep["n"], ep["difference"]) == (4, pytest.approx(28.25))
+    assert ep["std"] == pytest.approx(12.868, abs=1e-3)
+    assert (ep["low"], ep["high"]) == (pytest.approx(7.774, abs=1e-2), pytest.approx(48.726, abs=1e-2))
+    assert (ep["r_rope wins"], ep["rope wins"], ep["verdict"]) == (4, 0, "wins")
+    assert (bs["n"], bs["difference"], bs["verdict"]) == (3, pytest.approx(33.0), "within noise")
+    assert (bs["low"], bs["high"]) == (pytest.approx(-44.45, abs=1e-2), pytest.approx(110.45, abs=1e-2))
+    assert (both["n"], both["difference"]) == (7, pytest.approx(212 / 7))
+    flipped = compare_variants(hand_runs(), "rope", "r_rope").set_index("task")
+    assert flipped.loc["even_pairs", "verdict"] == "loses" and flipped.loc["all tasks", "rope wins"] == 0
+
+
+def test_compare_on_a_sweep_folder(report, capsys):
+    sweep = report.parent / "sweep"
+    assert main(["report", str(sweep), "--compare", "r_alibi", "alibi"]) == 0
+    out = capsys.readouterr().out
+    # the expected differences straight from the sweep's results.csv
+    res = pd.read_csv(sweep / "results.csv")
+    alibi = res[res["pe"] == "alibi"].pivot_table(index=["task", "lr", "seed"], columns="positions", values="score")
+    diffs = 100 * (alibi["randomized"] - alibi["standard"])
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert f"| {len(diffs)} | {diffs.mean():+.1f} |" in rows["all tasks"]
+    for (task, _, _), d in diffs.items():
+        assert f"| 1 | {d:+.1f} |" in rows[task] and "not shown" in rows[task]
+    assert not (sweep / "report" / "compare").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["r_alibi", "alibi_x"], "no variant 'alibi_x' in this sweep; its variants: rope, alibi, r_rope, r_alibi"),
+    (["rope", "rope"], "two different variants"),
+])
+def test_compare_refuses_unknown_or_equal_variants(report, capsys, args, message):
+    assert main(["report", str(report.parent / "sweep"), "--compare", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

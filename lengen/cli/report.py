@@ -6,7 +6,10 @@ import argparse
 from pathlib import Path
 
 from lengen import reports  # build_report by attribute: a test can stand in for it
+from lengen.errors import LengenError
 from lengen.io import check_writable
+from lengen.reports.che import variant_runs
+from lengen.reports.compare import compare_variants, comparison_markdown
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -23,6 +26,13 @@ comparison.md/.csv (beside the published Table 1, when the sweep's tasks and enc
 paper's), fig4_<task>.png/.svg (accuracy against length), fig3_max_position.png when the sweep
 varies max_position, and index.html holding all of them (offline: no network needed). Works on an
 unfinished sweep: missing cells are marked and listed.
+
+  lengen report sweeps/mini --compare r_rope rope   # two variants (Table 1's column labels)
+
+--compare pairs the two variants' runs at the same task, learning rate and seed and prints, per task
+and over all tasks, the mean difference of the score (x 100), its sample std, the 95% t interval,
+the cells each side wins, and the verdict: "wins" (interval above 0), "loses" (below), "within
+noise" (it holds 0) or "not shown" (fewer than 2 pairs). It writes nothing.
 """
 
 
@@ -31,12 +41,17 @@ def add_parser(sub) -> None:
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a folder written by `lengen sweep run`")
     p.add_argument("--out", metavar="REPORT_DIR", help="where to write (default SWEEP_DIR/report)")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="instead of the report: variant A against variant B, paired over task, lr and seed "
+                        "(CHE sweeps; labels as in Table 1, e.g. r_rope rope)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
-    reports.sweep_command(args.sweep_dir)  # not a sweep folder: that message first
+    command = reports.sweep_command(args.sweep_dir)  # not a sweep folder: that message first
+    if args.compare:
+        return _compare(args.sweep_dir, command, *args.compare)
     check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
     rep = reports.build_report(args.sweep_dir, out)
     for text in rep["summary"]:
@@ -53,3 +68,13 @@ def _say_outside(sweep_dir) -> None:
     if outside:
         print(f"{len(outside)} runs in {sweep.path / 'runs'} are not in the sweep's grid (an earlier sweep "
               f"file's; kept in history/) and not in these tables: `lengen sweep status` lists them")
+
+
+def _compare(sweep_dir, command: str, a: str, b: str) -> int:
+    if command != "train":
+        raise LengenError(f"--compare applies to CHE sweeps (command: train), not `command: {command}`")
+    table = compare_variants(variant_runs(reports.load_sweep(sweep_dir)), a, b)
+    print(comparison_markdown(table, a, b))
+    print(f"differences in points of score (x 100) over cells (task, lr, seed) where both finished; "
+          f"interval: 95% t over the cells")
+    return 0

@@ -54,12 +54,17 @@ def comparison_text(cmp: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def variant_runs(data: SweepData) -> pd.DataFrame:
+    """The sweep's planned runs with float scores and times and each run's variant label."""
+    runs = data.runs.assign(model=[cfg.model.architecture for cfg in data.configs],  # a recurrent run's label
+                            score=data.runs["score"].astype(float), seconds=data.runs["seconds"].astype(float))
+    return agg.add_variants(runs)
+
+
 def build(data: SweepData, out: Path) -> dict:
     """Write the tables, the comparison, the figures and index.html into `out`. Returns out,
     table1, done, planned, missing (task, variant, finished, planned) and comparison (or None)."""
-    runs = data.runs.assign(model=[cfg.model.architecture for cfg in data.configs],  # a recurrent run's label
-                            score=data.runs["score"].astype(float), seconds=data.runs["seconds"].astype(float))
-    runs = agg.add_variants(runs)
+    runs = variant_runs(data)
     done = int(runs["done"].sum())
     t1 = agg.table1(runs)
     t4_mean, t4_std, t4_lr = agg.table4(runs) if done else (t1, t1, t1)

@@ -1,0 +1,61 @@
+"""`lengen report SWEEP --compare A B`: two variants of a CHE sweep (Table 1's column labels, e.g.
+`r_rope` and `rope`) paired cell by cell, a cell being one task, learning rate and seed that both
+finished. Per task and over all tasks: the mean paired difference of the score (x 100), its
+sample std, 95% t interval, the cells where each side wins, and the verdict the interval allows
+(lengen.reports.stats)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from lengen.errors import LengenError
+from lengen.reports.aggregate import ordered_tasks, ordered_variants
+from lengen.reports.stats import paired
+
+CELL = ("task", "lr", "seed")
+ALL_TASKS = "all tasks"
+
+
+def _scores(runs: pd.DataFrame, variant: str) -> dict:
+    done = runs[(runs["variant"] == variant) & runs["score"].notna()]
+    return {tuple(r[c] for c in CELL): 100 * float(r["score"]) for _, r in done.iterrows()}
+
+
+def compare_variants(runs: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """One row per task both variants have, then one over all tasks: n (paired cells), the mean
+    difference a - b, its std (ddof 1), the 95% interval, wins of each side and the verdict for a."""
+    known = ordered_variants(runs)
+    for name in (a, b):
+        if name not in known:
+            raise LengenError(f"--compare: no variant {name!r} in this sweep; its variants: {', '.join(known)}")
+    if a == b:
+        raise LengenError("--compare needs two different variants")
+    sa, sb = _scores(runs, a), _scores(runs, b)
+    tasks = ordered_tasks({k[0] for k in sa if k in sb})
+    if not tasks:
+        raise LengenError(f"--compare: {a!r} and {b!r} have no finished run at a common task, lr and seed")
+    rows = []
+    for task in [*tasks, ALL_TASKS]:
+        keep = (lambda k: True) if task == ALL_TASKS else (lambda k, t=task: k[0] == t)
+        p = paired({k: v for k, v in sa.items() if keep(k)}, {k: v for k, v in sb.items() if keep(k)})
+        d = p.difference
+        rows.append({"task": task, "n": d.n, "difference": d.mean, "std": d.std, "low": d.low, "high": d.high,
+                     f"{a} wins": p.a_wins, f"{b} wins": p.b_wins, "ties": p.ties, "verdict": p.verdict})
+    return pd.DataFrame(rows)
+
+
+def comparison_markdown(table: pd.DataFrame, a: str, b: str) -> str:
+    """The table as the command prints it: differences in points of score (x 100)."""
+    def num(v):
+        return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1f}"
+
+    head = ["task", "n", f"{a} - {b}", "std", "95% interval", f"{a} wins", f"{b} wins", "ties", f"{a} vs {b}"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for _, r in table.iterrows():
+        interval = "—" if r["n"] < 2 else f"[{num(r['low'])}, {num(r['high'])}]"
+        std = "—" if r["n"] < 2 else f"{r['std']:.1f}"
+        lines.append("| " + " | ".join([str(r["task"]), str(r["n"]), num(r["difference"]), std, interval,
+                                        str(r[f"{a} wins"]), str(r[f"{b} wins"]), str(r["ties"]), r["verdict"]]) + " |")
+    return "\n".join(lines)
