@@ -28,7 +28,7 @@ from lengen.training.config import TrainConfig
 from lengen.training.group_step import bucket_overhead, group_step
 from lengen.training.stack import ModelStack
 from lengen.training.loop import train_step
-from lengen.training.optim import fused_optimizer_ok
+from lengen.training.optim import che_adam
 from lengen.training.setup import build_run
 
 
@@ -114,7 +114,7 @@ def time_solo(args, pe, device, models: int):
         parts = build_run(cfg)
         base = reset_peak(device)
         model = parts.model.to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=fused_optimizer_ok(model))
+        opt = che_adam(model, cfg.lr)
         model.train()
         rng, gen = np.random.default_rng(cfg.seed), torch.Generator().manual_seed(cfg.seed)
         for _ in range(args.warmup):

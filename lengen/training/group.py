@@ -46,8 +46,8 @@ from lengen.training.loop import Window, evaluate_run, restore_run_rng, reusable
 from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingDiverged, TrainingSession
 from lengen.training.setup import build_run
-from lengen.training.optim import fused_optimizer_ok
-from lengen.training.stack import BETAS, EPS, ModelStack
+from lengen.training.optim import che_adam
+from lengen.training.stack import ModelStack
 
 #: config keys that may differ inside a group: they change the numbers, not the shapes
 PER_MODEL = ("seed", "lr", "grad_clip", "model.dropout")
@@ -113,8 +113,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
     windows = [Window() for _ in cfgs]
     ckpts = []
     for i, (session, model, cfg) in enumerate(zip(sessions, models, cfgs)):
-        optimizers.append(torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=BETAS, eps=EPS,
-                                           fused=fused_optimizer_ok(model)))
+        optimizers.append(che_adam(model, cfg.lr))
         ckpt = session.restore(model, optimizers[i])
         if ckpt is not None:
             restore_run_rng(ckpt["rng"], rngs[i], gens[i], device)
@@ -129,13 +128,13 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
         raise LengenError(f"the group's unfinished members stand at different steps ({shown}); finish them "
                           "one at a time (lengen train) or group members at one step")
 
+    diverged: dict[int, str] = {}  # member -> why it stopped (kept at its last good checkpoint)
     if active:
-        _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, dropout_gens, windows,
-                       ckpts, device, progress, buckets)
+        diverged = _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, dropout_gens,
+                                  windows, ckpts, device, progress, buckets)
     # each member's training time, read before any member is evaluated (the members trained
     # together; a member evaluated later must not count the evaluations before it)
     trained = [session.elapsed() for session in sessions]
-    diverged = [i for i in active if getattr(sessions[i], "diverged", None)]
     records: list[dict] = []
     for i, (cfg, session, part) in enumerate(zip(cfgs, sessions, parts)):
         if not evaluate or i in diverged:
@@ -152,7 +151,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
         records.append(evaluate_run(session.run, parts=part, cfg=cfg, progress=progress,
                                     train_seconds=trained[i]))
     if diverged:
-        raise TrainingDiverged("; ".join(f"{outs[i]}: {sessions[i].diverged}" for i in diverged))
+        raise TrainingDiverged("; ".join(f"{outs[i]}: {why}" for i, why in diverged.items()))
     return records
 
 
@@ -163,7 +162,8 @@ def _member_rng(np_rng, gen, dropout_gen, device) -> dict:
 
 
 def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens, dropout_gens, windows, ckpts,
-                   device, progress, buckets):
+                   device, progress, buckets) -> dict[int, str]:
+    """Train the `active` members to cfg.steps; returns the members that diverged, with why."""
     sub = [cfgs[i] for i in active]
     stack = ModelStack([models[i] for i in active], sub, [dropout_gens[i] for i in active], device)
     start = sessions[active[0]].step
@@ -173,6 +173,7 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
     if ckpts[active[0]] is not None:  # on CUDA the group's one dropout stream continues from the first member's
         restore_rng_state(ckpts[active[0]]["rng"], device)
     cfg = sub[0]
+    diverged: dict[int, str] = {}
     sums = [torch.zeros(len(active), device=device), torch.zeros(len(active), dtype=torch.int64, device=device),
             torch.zeros(len(active), dtype=torch.int64, device=device)]
     base = [windows[i].state() for i in active]  # a resumed window's sums so far
@@ -203,18 +204,18 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
             sessions[i].step = step
         if step % cfg.log_every == 0 or step == cfg.steps:
             for j, i in enumerate(active):
-                if getattr(sessions[i], "diverged", None):
+                if i in diverged:
                     continue
                 try:
                     sessions[i].add_row(Window(window_state(j)).row(step))
                 except TrainingDiverged as e:
-                    sessions[i].diverged = str(e)
+                    diverged[i] = str(e)
             base = [Window().state() for _ in active]
             sums = [torch.zeros_like(s) for s in sums]
             counted = 0
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
             for j, i in enumerate(active):
-                if getattr(sessions[i], "diverged", None):
+                if i in diverged:
                     continue
                 stack.unstack(j, optimizers[i])
                 sessions[i].save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
@@ -223,3 +224,4 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
     for j, i in enumerate(active):
         stack.unstack(j)
         windows[i] = Window(window_state(j))
+    return diverged

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from lengen.devices import precision_context
 from lengen.training.config import TrainConfig
-from lengen.training.setup import RunParts, total_length
+from lengen.training.loop import draw_step
+from lengen.training.setup import RunParts
 from lengen.training.stack import ModelStack
 
 #: what one more length bucket per step costs (its own forward and backward launches), in float
@@ -33,23 +34,6 @@ def bucket_overhead(cfg: TrainConfig, device) -> float:
     m = cfg.model
     position_flops = 6 * cfg.batch_size * m.num_layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff)
     return BUCKET_OVERHEAD_FLOPS.get(torch.device(device).type, BUCKET_OVERHEAD_FLOPS["cuda"]) / position_flops
-
-
-def bucket_overhead(cfg: TrainConfig, device) -> float:
-    """BUCKET_OVERHEAD_FLOPS in units of plan_buckets' work (one model's padded position): the
-    forward and backward of the linear layers for one position of one model's batch."""
-    m = cfg.model
-    position_flops = 6 * cfg.batch_size * m.num_layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff)
-    return BUCKET_OVERHEAD_FLOPS.get(torch.device(device).type, BUCKET_OVERHEAD_FLOPS["cuda"]) / position_flops
-
-
-def _draw(parts: RunParts, cfg: TrainConfig, np_rng, gen):
-    """One model's step data, drawn exactly as train_step draws it."""
-    length = int(np_rng.integers(1, cfg.train_length + 1))
-    batch = parts.task.sample(cfg.batch_size, length, np_rng)
-    out_len = parts.task.output_length(length)
-    positions = parts.train_sampler(total_length(parts.task, length), gen)
-    return batch, out_len, positions
 
 
 def _pad(draws, empty_token: int, device):
@@ -122,7 +106,7 @@ def group_step(stack: ModelStack, parts: list[RunParts], cfgs: list[TrainConfig]
     """One step of every model; returns (loss, correct, count), each [N], on `device`. Models are
     run in at most `buckets` groups of similar drawn length (plan_buckets, `overhead` per group),
     each padded to its own longest: fewer padded tokens for more, smaller launches."""
-    draws = [_draw(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
+    draws = [draw_step(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
     totals = [b.inputs.shape[1] + o for b, o, _ in draws]
     plan = plan_buckets(totals, buckets, overhead)
     N = len(draws)

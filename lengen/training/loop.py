@@ -21,7 +21,7 @@ from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
-from lengen.training.optim import fused_optimizer_ok
+from lengen.training.optim import che_adam
 from lengen.training.plots import plot_accuracy
 from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - re-exported
@@ -64,12 +64,18 @@ class Window:
                 "accuracy": s["correct"] / max(s["count"], 1)}
 
 
-def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen, device):
-    """One step; returns (loss, correct, count) as tensors on `device` (no host sync)."""
+def draw_step(parts: RunParts, cfg: TrainConfig, np_rng, gen):
+    """One step's data: (batch, output length, positions), the length from U{1..N} and the batch
+    from the numpy generator, the positions from the torch one. A member of a group draws the same."""
     length = int(np_rng.integers(1, cfg.train_length + 1))
     batch = parts.task.sample(cfg.batch_size, length, np_rng)
     out_len = parts.task.output_length(length)
-    positions = parts.train_sampler(total_length(parts.task, length), gen)
+    return batch, out_len, parts.train_sampler(total_length(parts.task, length), gen)
+
+
+def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen, device):
+    """One step; returns (loss, correct, count) as tensors on `device` (no host sync)."""
+    batch, out_len, positions = draw_step(parts, cfg, np_rng, gen)
     inputs, targets, mask, positions = to_device(device, batch.inputs, batch.targets, batch.mask, positions)
     with precision_context(cfg.precision, device):
         logits = parts.model(inputs, out_len, positions)
@@ -94,9 +100,7 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
                               normalize=lambda saved: TrainConfig.from_dict(saved, where=str(out)).to_dict())
     run = session.run
     model = parts.model.to(device)
-    # fused: one kernel for all parameters, ~3x cheaper than the default for this many small tensors
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                 fused=fused_optimizer_ok(model))
+    optimizer = che_adam(model, cfg.lr)
     np_rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     window = Window()

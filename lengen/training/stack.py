@@ -16,9 +16,7 @@ from lengen.models.attention import StackMember
 from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout, bernoulli_keep_mask
 from lengen.training.config import TrainConfig
-from lengen.training.optim import fused_optimizer_ok
-
-BETAS, EPS = (0.9, 0.999), 1e-8  # train()'s Adam
+from lengen.training.optim import ADAM_BETAS, ADAM_EPS
 
 
 class _PaddedLogits(nn.Module):
@@ -37,7 +35,7 @@ class ModelStack:
     their forward is the first model's own (CHEModel.padded_logits) under vmap over the stack."""
 
     def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], dropout_gens, device):
-        self.models, self.cfgs, self.device = models, cfgs, device
+        self.models, self.device = models, device
         self.n = len(models)
         self.names = [n for n, _ in models[0].named_parameters()]
         self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).to(device)
@@ -118,7 +116,7 @@ class ModelStack:
         total = torch.linalg.vector_norm(norms, dim=0)
         coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
         self.adam_step += 1
-        b1, b2 = BETAS
+        b1, b2 = ADAM_BETAS
         bc1 = 1 - b1 ** self.adam_step
         bc2_sqrt = math.sqrt(1 - b2 ** self.adam_step)
         step_size = self.lr / bc1
@@ -128,16 +126,11 @@ class ModelStack:
             m, v, p = self.exp_avg[n], self.exp_avg_sq[n], self.params[n]
             m.lerp_(g, 1 - b1)
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(EPS)
+            denom = (v.sqrt() / bc2_sqrt).add_(ADAM_EPS)
             p.sub_(step_size.view(shape) * m / denom)
             p.grad = None
 
     # -- per-model views (checkpoints, evaluation) ------------------------------------------------
-    def optimizer(self, i: int) -> torch.optim.Adam:
-        model = self.models[i]
-        return torch.optim.Adam(model.parameters(), lr=self.cfgs[i].lr, betas=BETAS, eps=EPS,
-                                fused=fused_optimizer_ok(model))
-
     @torch.no_grad()
     def unstack(self, i: int, optimizer: torch.optim.Adam | None = None) -> None:
         """Model i's weights (and Adam state) from the stack into its CHEModel (and optimizer)."""
