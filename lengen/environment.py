@@ -92,10 +92,12 @@ def one_line() -> str:
 
 def run_environment(device=None) -> dict:
     """What a run's numbers were computed with, kept in its records (eval.json): lengen and its
-    commit, Python, torch and its CUDA build, the device (and the GPU's name), and torch's CPU
-    thread count, which changes results on the CPU (float sums split differently across threads)."""
+    commit, Python, torch and its CUDA build, transformers (None when not installed), the device
+    (and the GPU's name), and torch's CPU thread count, which changes results on the CPU (float
+    sums split differently across threads)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
-    info = {**_code(), "device": str(device), "threads": torch.get_num_threads()}
+    info = {**_code(), "transformers": version_of("transformers"), "device": str(device),
+            "threads": torch.get_num_threads()}
     if device.type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

@@ -1,6 +1,7 @@
 """`lengen env` and `lengen --version` report what is installed, checked against the libraries'
 own version attributes and git."""
 
+import importlib.metadata
 import json
 import platform
 import subprocess
@@ -70,6 +71,13 @@ TINY_TRAIN = ["--task", "parity_check", "--steps", "4", "--batch-size", "8", "--
               "--d-ff", "16", "--checkpoint-every", "2", "--log-every", "2", "--no-progress", "--device", "cpu"]
 
 
+def _installed(distribution):
+    try:
+        return importlib.metadata.distribution(distribution).version
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_runs_record_names_its_thread_count_device_and_versions(tmp_path, threads):
     """The CPU thread count changes a run's numbers (docs/results.md), so eval.json records it,
@@ -83,6 +91,7 @@ def test_a_runs_record_names_its_thread_count_device_and_versions(tmp_path, thre
     env = json.loads((out / "eval.json").read_text())["environment"]
     assert env["threads"] == threads and env["device"] == "cpu" and env["torch"] == torch.__version__
     assert env["lengen"] == lengen.__version__ and env["python"] == platform.python_version()
+    assert env["transformers"] == _installed("transformers")
     if (ROOT / ".git").exists():
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

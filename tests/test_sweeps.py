@@ -219,7 +219,7 @@ def test_presets_expand_to_the_papers_sizes():
     full = expand(load_spec("ruoss2023"))[0].config
     assert (full.steps, full.batch_size, full.train_length, full.max_length, full.eval_samples,
             full.model.max_position) == (2_000_000, 128, 40, 500, 500, 2048)
-    assert len(expand(load_spec("ruoss2023-mini"))) == 54
+    assert len(expand(load_spec("ruoss2023-mini"))) == 90
     assert len(expand(load_spec("su2023"))) == 6 * (3 * 2 * 2 + 2 * 3 * 2) * 3 * 5
 
 
@@ -370,7 +370,7 @@ def test_precision_flag_sets_every_run_and_conflicts_are_refused(tmp_path, capsy
 def test_presets_command_lists_and_shows(capsys):
     assert main(["sweep", "presets"]) == 0
     out = capsys.readouterr().out
-    assert "ruoss2023  (4,950 runs)" in out and "ruoss2023-mini  (54 runs)" in out and "su2023  (2,160 runs)" in out
+    assert "ruoss2023  (4,950 runs)" in out and "ruoss2023-mini  (90 runs)" in out and "su2023  (2,160 runs)" in out
     assert main(["sweep", "presets", "--show", "ruoss2023-mini"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["grid"]["task"] == ["even_pairs", "cycle_navigation", "bucket_sort"]
@@ -382,7 +382,7 @@ def test_a_preset_name_is_the_preset_even_beside_a_folder_of_that_name(tmp_path,
     # `lengen sweep run ruoss2023-mini --out ruoss2023-mini`, rerun from the same folder to resume
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ruoss2023-mini").mkdir()
-    assert len(expand(load_spec("ruoss2023-mini"))) == 54
+    assert len(expand(load_spec("ruoss2023-mini"))) == 90
     (tmp_path / "mine").mkdir()
     with pytest.raises(LengenError, match="mine is a directory; give a sweep file"):
         load_spec("mine")
