@@ -68,6 +68,19 @@ def test_table4_is_mean_and_std_at_the_lr_with_the_best_mean():
     assert mean.loc["bucket_sort", "r_rope"] == pytest.approx(99.0) and lr.loc["bucket_sort", "r_rope"] == 1e-4
 
 
+def test_seed_statistics_give_n_sample_std_and_the_t_interval_at_table_4s_lr():
+    st = agg.seed_statistics(hand_runs())
+    # even_pairs rope at lr 1e-4: (50, 60): mean 55, ddof-1 std sqrt(50) = 7.0711,
+    # half-width t(0.975, 1) * std / sqrt(2) = 12.7062 * 5 = 63.531 (t from a printed table)
+    assert st["n"].loc["even_pairs", "rope"] == 2 and st["mean"].loc["even_pairs", "rope"] == pytest.approx(55.0)
+    assert st["std"].loc["even_pairs", "rope"] == pytest.approx(7.0711, abs=1e-4)
+    assert st["low"].loc["even_pairs", "rope"] == pytest.approx(55.0 - 63.531, abs=1e-3)
+    assert st["high"].loc["even_pairs", "rope"] == pytest.approx(55.0 + 63.531, abs=1e-3)
+    # bucket_sort r_rope: one finished run at the chosen lr: a mean, no std, no interval
+    assert st["n"].loc["bucket_sort", "r_rope"] == 1 and np.isnan(st["std"].loc["bucket_sort", "r_rope"])
+    assert np.isnan(st["low"].loc["bucket_sort", "r_rope"])
+
+
 def test_bold_per_row_average_row_and_missing_cells():
     t1 = agg.table1(hand_runs())
     t1.loc["bucket_sort", "rope"] = np.nan  # a cell with no finished run
@@ -130,7 +143,8 @@ def report(tmp_path_factory):
 
 
 def test_report_files(report):
-    for name in ("table1.md", "table1.csv", "table4.md", "table4.csv", "table2.md", "index.html",
+    for name in ("table1.md", "table1.csv", "table4.md", "table4.csv", "seed_stats.md", "seed_stats.csv",
+                 "table2.md", "index.html",
                  "comparison.md", "fig4_parity_check.png", "fig4_parity_check.svg", "fig4_even_pairs.png"):
         assert (report / name).exists(), name
     t1 = pd.read_csv(report / "table1.csv", index_col="task")
@@ -258,3 +272,59 @@ def test_compare_refuses_unknown_or_equal_variants(report, capsys, args, message
     assert main(["report", str(report.parent / "sweep"), "--compare", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err
+
+
+# -- exports: the results without the run directories ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def export(report):
+    out = report.parent / "export"
+    assert main(["sweep", "export", str(report.parent / "sweep"), "--out", str(out)]) == 0
+    return out
+
+
+def test_an_export_holds_small_files_and_every_runs_environment(export):
+    import platform
+
+    import torch
+    names = sorted(p.name for p in export.iterdir())
+    assert names == ["accuracy_by_length.csv", "environment.csv", "export.json", "results.csv", "sweep.json",
+                     "sweep.yaml"]
+    res = pd.read_csv(export / "results.csv", dtype={"run_id": str})
+    env = pd.read_csv(export / "environment.csv", dtype={"run_id": str})
+    assert list(env["run_id"]) == list(res["run_id"]) and len(res) == 8
+    assert set(env["torch"]) == {torch.__version__} and set(env["python"]) == {platform.python_version()}
+    assert set(env["device"]) == {"cpu"} and set(env["threads"]) == {1}
+
+
+def test_the_report_of_an_export_is_the_report_of_the_sweep(export, tmp_path):
+    assert main(["report", str(export), "--out", str(tmp_path / "r")]) == 0
+    for name in ("table1.md", "table4.md", "seed_stats.md", "table2.md", "comparison.md", "table4.csv",
+                 "seed_stats.csv"):
+        assert (tmp_path / "r" / name).read_text() == (export.parent / "report" / name).read_text(), name
+
+
+def test_an_export_with_a_changed_score_reports_it(export, tmp_path):
+    """The export's tables are what the report reads, not a copy of the sweep's runs."""
+    changed = tmp_path / "export"
+    shutil.copytree(export, changed)
+    res = pd.read_csv(changed / "results.csv", dtype={"run_id": str})
+    res.loc[0, "score"] = 0.123456
+    res.to_csv(changed / "results.csv", index=False)
+    assert main(["report", str(changed), "--out", str(tmp_path / "r")]) == 0
+    t1 = pd.read_csv(tmp_path / "r" / "table1.csv", index_col="task")
+    row = res.iloc[0]
+    variant = ("r_" if row["positions"] == "randomized" else "") + row["pe"]
+    others = res[(res["task"] == row["task"]) & (res["pe"] == row["pe"]) & (res["positions"] == row["positions"])]
+    assert t1.loc[row["task"], variant] == pytest.approx(100 * others["score"].max(), abs=0.01)  # %.4g
+
+
+def test_export_refuses_to_write_into_a_sweep_folder(report, tmp_path, capsys):
+    sweep = report.parent / "sweep"
+    before = sorted(p.name for p in sweep.iterdir())
+    assert main(["sweep", "export", str(sweep), "--out", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a sweep folder" in err
+    assert sorted(p.name for p in sweep.iterdir()) == before
+    assert main(["sweep", "export", str(tmp_path), "--out", str(tmp_path / "x")]) == 2
+    assert "not a lengen sweep folder" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -8,6 +8,7 @@ import textwrap
 from lengen.devices import DEVICE_HELP, PRECISION_HELP, PRECISIONS
 from lengen.errors import LengenError
 from lengen.sweeps import SweepOptions, load_spec, run_sweep, sweep_status
+from lengen.sweeps.export import export_sweep
 from lengen.sweeps.presets import preset_names, preset_path
 from lengen.sweeps.runner import check_sweep
 from lengen.sweeps.spec import count_points
@@ -101,6 +102,19 @@ def add_parser(sub) -> None:
     pn.add_argument("--yes", action="store_true", help="delete them (run directories, state and logs)")
     pn.set_defaults(func=prune)
 
+    ex = s.add_parser("export", help="a sweep's results as small files to keep (no run directories)",
+                      description="Write a sweep's results tables, its sweep file and each finished run's "
+                      "environment (lengen commit, torch/transformers versions, device, threads) into a new "
+                      "folder: a few small files to commit beside a paper or a doc. `lengen report` reads "
+                      "the export as it reads the sweep folder.",
+                      epilog="example:\n  lengen sweep export sweeps/mini --out docs/data/studies/ruoss2023-mini\n"
+                             "  lengen report docs/data/studies/ruoss2023-mini --out /tmp/report",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("dir", metavar="DIR", help="a folder written by `lengen sweep run`")
+    ex.add_argument("--out", required=True, metavar="EXPORT_DIR",
+                    help="the folder to write (new, or an earlier export of the same sweep: rewritten)")
+    ex.set_defaults(func=export)
+
     pr = s.add_parser("presets", help="the sweeps shipped with lengen",
                       description="The sweep presets shipped with lengen: name, runs, description.")
     pr.add_argument("--show", metavar="NAME", help="print one preset's YAML (copy it to make your own)")
@@ -189,6 +203,14 @@ def prune(args) -> int:
     finally:
         claim.release()
     print(f"sweep {index['name']}: deleted {len(outside)} runs outside the grid")
+    return 0
+
+
+def export(args) -> int:
+    made = export_sweep(args.dir, args.out)
+    print(f"sweep {made['sweep']}: {made['finished']} of {made['planned']} runs finished, exported to {args.out}")
+    if made["finished"] < made["planned"]:
+        print(f"  {made['planned'] - made['finished']} runs are unfinished: a report of this export marks their cells")
     return 0
 
 

@@ -13,6 +13,7 @@ it reads appended (`Stack-RNN, memory_size=64`).
 - Table 1: per task and variant, 100 x the max score over learning rates and seeds.
 - Table 4: per task and variant, mean and std (ddof 0) over seeds at the learning rate with the
   best mean (the paper does not say; reference note's choice).
+- Seed statistics: Table 4's cells with n, the sample std (ddof 1) and a 95% t interval.
 - Table 2: per task and variant, mean and std of a run's wall time.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
+from lengen.reports.stats import summarize
 from lengen.tasks import TASK_NAMES, get_task
 from lengen.training.config import options_not_read
 
@@ -136,6 +138,25 @@ def table4(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame
     best = per_lr.loc[per_lr.groupby(["task", "variant"])["mean"].idxmax()]
     best = best.reset_index(level="lr")
     return (_pivot(best["mean"] * 100, runs), _pivot(best["std"] * 100, runs), _pivot(best["lr"], runs))
+
+
+def seed_statistics(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Table 4's cells (the learning rate with the best mean) as a reviewer reads them: tasks x
+    variants frames `n`, `mean`, `std` (sample std, ddof 1), `low` and `high` (the 95% t
+    interval of the mean, lengen.reports.stats), x 100; NaN where a cell has fewer than 2 runs."""
+    mean, _, lr = table4(runs)
+    done = runs[runs["score"].notna()]
+    out = {name: pd.DataFrame(np.nan, index=mean.index, columns=mean.columns)
+           for name in ("n", "mean", "std", "low", "high")}
+    for task in mean.index:
+        for variant in mean.columns:
+            if pd.isna(mean.loc[task, variant]):
+                continue
+            cell = done[(done["task"] == task) & (done["variant"] == variant) & (done["lr"] == lr.loc[task, variant])]
+            s = summarize(100 * cell["score"].astype(float))
+            for name in out:
+                out[name].loc[task, variant] = getattr(s, name)
+    return out
 
 
 def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

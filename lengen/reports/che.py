@@ -36,6 +36,28 @@ def _table4_long(mean, std, lr) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "variant", "lr", "mean", "std"])
 
 
+def _stats_long(stats: dict, lr: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for task in stats["mean"].index:
+        for col in stats["mean"].columns:
+            if pd.notna(stats["mean"].loc[task, col]):
+                rows.append({"task": task, "variant": col, "lr": lr.loc[task, col],
+                             **{k: stats[k].loc[task, col] for k in ("n", "mean", "std", "low", "high")}})
+    return pd.DataFrame(rows, columns=["task", "variant", "lr", "n", "mean", "std", "low", "high"])
+
+
+def seeds_caption(stats: dict) -> str:
+    """How many seeds the cells average: "n = 5 seeds per cell" or "n = 3-5 seeds per cell"."""
+    n = stats["n"].stack()
+    lo, hi = int(n.min()), int(n.max())
+    return f"n = {lo} seeds per cell" if lo == hi else f"n = {lo}-{hi} seeds per cell"
+
+
+def stats_markdown(stats: dict) -> str:
+    """Table 4's cells as mean ± sample std (ddof 1) [95% t interval], x 100."""
+    return markdown(stats["mean"], std=stats["std"], interval=(stats["low"], stats["high"]))
+
+
 def comparison_text(cmp: dict) -> str:
     g = cmp["mean_gain"]
     lines = []
@@ -75,6 +97,10 @@ def build(data: SweepData, out: Path) -> dict:
     _csv(t1, out / "table1.csv")
     io.write_text(out / "table4.md", markdown(t4_mean, std=t4_std))
     _csv(_table4_long(t4_mean, t4_std, t4_lr), out / "table4.csv", index_label="row")
+    stats = agg.seed_statistics(runs) if done else None
+    if stats is not None:
+        io.write_text(out / "seed_stats.md", stats_markdown(stats))
+        _csv(_stats_long(stats, t4_lr), out / "seed_stats.csv", index_label="row")
     io.write_text(out / "table2.md", markdown(t2_mean, std=t2_std, fmt="{:.0f}", bold_max=False, average=False))
     _csv(t2_mean, out / "table2.csv")
 
@@ -86,13 +112,13 @@ def build(data: SweepData, out: Path) -> dict:
     fig4 = accuracy_by_length(runs, data.values, out) if done else {}
     fig3 = score_vs_max_position(runs, out) if done else None
 
-    io.write_text(out / "index.html", _html(data, runs, t1, (t4_mean, t4_std), (t2_mean, t2_std), missing, cmp,
-                                            fig4, fig3))
+    io.write_text(out / "index.html", _html(data, runs, t1, (t4_mean, t4_std), stats, (t2_mean, t2_std), missing,
+                                            cmp, fig4, fig3))
     return {"out": out, "table1": t1, "done": done, "planned": len(runs), "missing": missing,
             "comparison": cmp}
 
 
-def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
+def _html(data, runs, t1, t4, stats, t2, missing, cmp, fig4, fig3) -> str:
     esc = html.escape
     parts = page.opening(data.name, int(runs["done"].sum()), len(runs), "Sweep folder", data.path)
     if missing:
@@ -112,8 +138,15 @@ def _html(data, runs, t1, t4, t2, missing, cmp, fig4, fig3) -> str:
                   "<table id=\"comparison\"><thead><tr><th>task</th><th>encoding</th><th>measured</th>"
                   f"<th>published</th><th>difference</th></tr></thead><tbody>{rows}</tbody></table>"]
     parts += ["<h2>Table 4: mean ± std over seeds at the best learning rate</h2>",
-              html_table(t4[0], "table4", std=t4[1]),
-              "<h2>Table 2: wall time per run (s, mean ± std)</h2>",
+              "<p>As the paper gives it; the std is the population std (ddof 0), the reference note's reading "
+              "of the paper's unstated convention.</p>",
+              html_table(t4[0], "table4", std=t4[1])]
+    if stats is not None:
+        parts += ["<h2>Seed statistics: Table 4's cells with the sample std and a 95% interval</h2>",
+                  f"<p>mean ± sample std (ddof 1) [95% t interval of the mean], {esc(seeds_caption(stats))}; "
+                  "cells of fewer than 2 runs have neither.</p>",
+                  html_table(stats["mean"], "seed_stats", std=stats["std"], interval=(stats["low"], stats["high"]))]
+    parts += ["<h2>Table 2: wall time per run (s, mean ± std)</h2>",
               html_table(t2[0], "table2", std=t2[1], fmt="{:.0f}", bold_max=False, average=False)]
     if fig4:
         parts.append("<h2>Figure 4: accuracy against length (the run of each Table 1 cell)</h2>")

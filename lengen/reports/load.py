@@ -1,7 +1,8 @@
 """A sweep folder of any kind as two DataFrames: every planned run (finished or not, from the
 sweep's own file) with its results where it has them, and the finished runs' values by length.
 Read from the run directories through the sweep's results writer (lengen.sweeps.results), so a
-report is right even when the tables in the folder are older than the runs."""
+report is right even when the tables in the folder are older than the runs; an export folder
+(lengen.sweeps.export: the tables without the run directories) is read from its tables."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengen.errors import LengenError
+from lengen.sweeps.export import is_export
 from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.spec import expand, parse_spec
 from lengen.sweeps.sweep_dir import SweepDir
@@ -50,10 +52,14 @@ def load_sweep(path) -> SweepData:
         raise LengenError(f"{path}: its sweep no longer expands with this lengen ({e})") from None
     sweep = SweepDir(path, spec.kind.done_file(spec.evaluation))
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
-    rows, values = [], []
-    for run, (row, run_values) in zip(runs, writer.rows()):
-        rows.append({**(row if row is not None else writer.config_row(run)), "done": row is not None})
-        values.extend((run.run_id, *v) for v in run_values or ())
+    if is_export(path):
+        rows, by_length = _exported(sweep.path, spec, runs, writer)
+    else:
+        rows, values = [], []
+        for run, (row, run_values) in zip(runs, writer.rows()):
+            rows.append({**(row if row is not None else writer.config_row(run)), "done": row is not None})
+            values.extend((run.run_id, *v) for v in run_values or ())
+        by_length = pd.DataFrame(values, columns=writer.by_length_columns)
     frame = pd.DataFrame(rows)
     for column in writer.columns:  # no run has finished yet
         if column not in frame:
@@ -61,4 +67,18 @@ def load_sweep(path) -> SweepData:
     spec_file = sweep.path / SweepDir.SPEC
     return SweepData(name=spec.name, path=sweep.path, spec_text=spec_file.read_text() if spec_file.exists() else "",
                      kind=spec.command, evaluation=spec.evaluation or {}, runs=frame,
-                     values=pd.DataFrame(values, columns=writer.by_length_columns), configs=[r.config for r in runs])
+                     values=by_length, configs=[r.config for r in runs])
+
+
+def _exported(path: Path, spec, runs, writer: ResultsWriter) -> tuple[list[dict], pd.DataFrame]:
+    """The rows and values of an export folder (lengen.sweeps.export): its tables, not run directories."""
+    results, by_length = spec.kind.tables
+    try:
+        table = pd.read_csv(path / results, dtype={"run_id": str})
+        values = pd.read_csv(path / by_length, dtype={"run_id": str})
+    except (OSError, ValueError) as e:
+        raise LengenError(f"{path}: its exported tables cannot be read ({e}); export the sweep again") from None
+    finished = {r["run_id"]: r for r in table.to_dict("records")}
+    rows = [{**finished[run.run_id], "done": True} if run.run_id in finished
+            else {**writer.config_row(run), "done": False} for run in runs]
+    return rows, values[list(writer.by_length_columns)]

@@ -22,9 +22,11 @@ def _level(task: str) -> str:
 
 
 def cell_texts(table: pd.DataFrame, std: pd.DataFrame | None = None, fmt: str = "{:.1f}",
-               bold_max: bool = True, average: bool = True) -> tuple[list[str], list[list[str]], list[list[bool]]]:
+               bold_max: bool = True, average: bool = True,
+               interval: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> tuple[list[str], list[list[str]], list[list[bool]]]:
     """(header, rows of text, rows of bold flags) with Level and Task columns and the average row.
-    Bold: the row's maximum (every cell that ties it)."""
+    Bold: the row's maximum (every cell that ties it). `interval`: (low, high) frames, shown as
+    [low, high] after the cell."""
     header = ["Level", "Task", *table.columns]
     rows, bolds = [], []
     last_level = None
@@ -44,6 +46,8 @@ def cell_texts(table: pd.DataFrame, std: pd.DataFrame | None = None, fmt: str = 
             text = fmt.format(v)
             if std is not None and pd.notna(std.iloc[i, j]):
                 text += " ± " + fmt.format(std.iloc[i, j])
+            if interval is not None and pd.notna(interval[0].iloc[i, j]):
+                text += f" [{fmt.format(interval[0].iloc[i, j])}, {fmt.format(interval[1].iloc[i, j])}]"
             row.append(text)
             flags.append(bold_max and best is not None and v == best)
         rows.append(row)

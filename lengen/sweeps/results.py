@@ -113,8 +113,9 @@ class ResultsWriter:
             got = self._row(run)
             yield got if got is not None else (None, None)
 
-    def write(self) -> int:
-        """Rewrite both tables; returns the number of finished runs."""
+    def write(self, into=None) -> int:
+        """Rewrite both tables (in the sweep folder, or in folder `into`); returns the number of
+        finished runs."""
         table, long = _io.StringIO(), _io.StringIO()
         w, a = csv.writer(table, lineterminator="\n"), csv.writer(long, lineterminator="\n")
         w.writerow(self.columns)
@@ -127,6 +128,7 @@ class ResultsWriter:
             w.writerow([_cell(row[c]) for c in self.columns])
             a.writerows([row["run_id"], *v[:-1], _cell(v[-1], nan_too=True)] for v in values)
         results, by_length = self.kind.tables
-        io.write_text(self.sweep.path / results, table.getvalue())
-        io.write_text(self.sweep.path / by_length, long.getvalue())
+        folder = self.sweep.path if into is None else into
+        io.write_text(folder / results, table.getvalue())
+        io.write_text(folder / by_length, long.getvalue())
         return finished

@@ -1,0 +1,82 @@
+"""A sweep's results without its run directories: the small files a repository can keep so that
+anyone can rebuild the report (`lengen report` reads an export folder as it reads a sweep folder)
+and see what computed every number. `lengen sweep export SWEEP_DIR --out DIR` writes:
+
+    DIR/export.json         the sweep's name and kind, runs planned and finished
+    DIR/sweep.yaml          the sweep file, and sweep.json (its runs, ids and grid points)
+    DIR/results.csv         one row per finished run, as in the sweep folder
+    DIR/<values by length>  accuracy_by_length.csv (CHE) or ppl_by_length.csv (language models)
+    DIR/environment.csv     per finished run: the lengen commit, Python, torch, transformers,
+                            device and CPU threads it ran with (its eval.json's `environment`)
+
+No checkpoints, logs or run directories. The tables are rebuilt from the run directories (the
+sweep's own results writer), so an export is right even when the sweep folder's tables are stale.
+"""
+
+from __future__ import annotations
+
+import csv
+import io as _io
+from pathlib import Path
+
+from lengen import io
+from lengen.errors import LengenError
+from lengen.sweeps.results import ResultsWriter
+from lengen.sweeps.spec import expand, parse_spec
+from lengen.sweeps.sweep_dir import SweepDir
+
+MARKER = "export.json"
+ENVIRONMENT = "environment.csv"
+ENVIRONMENT_COLUMNS = ("run_id", "lengen", "lengen_commit", "python", "torch", "torch_cuda_build", "transformers",
+                       "device", "gpu", "threads")
+
+
+def is_export(path) -> bool:
+    return (Path(path) / MARKER).is_file()
+
+
+def _environment(path: Path, done_file: str) -> dict:
+    """A finished run's `environment` record: in its done file, else in its eval.json."""
+    for name in (done_file, "eval.json"):
+        try:
+            env = io.read_json(path / name).get("environment")
+        except (OSError, ValueError):
+            continue
+        if env:
+            return env
+    return {}
+
+
+def export_sweep(sweep_path, out) -> dict:
+    """Write the export of the sweep in `sweep_path` into folder `out`. Returns name, planned,
+    finished. Refuses (LengenError) an `out` that is a sweep folder or the sweep itself."""
+    sweep_path, out = Path(sweep_path), Path(out)
+    if not (sweep_path / SweepDir.INDEX).is_file():
+        raise LengenError(f"{sweep_path} is not a lengen sweep folder (no {SweepDir.INDEX}); "
+                          "give a folder written by `lengen sweep run`")
+    if is_export(sweep_path):
+        raise LengenError(f"{sweep_path} is already an export; export the sweep folder it came from")
+    if out.resolve() == sweep_path.resolve() or ((out / SweepDir.INDEX).exists() and not is_export(out)):
+        raise LengenError(f"{out} is a sweep folder; export into a new folder (or an earlier export)")
+    io.check_writable(out)
+    index = SweepDir(sweep_path).read_index()
+    spec = parse_spec(index["spec"], where=str(sweep_path / SweepDir.INDEX))
+    runs = expand(spec)
+    sweep = SweepDir(sweep_path, spec.kind.done_file(spec.evaluation))
+    writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
+
+    out.mkdir(parents=True, exist_ok=True)
+    finished = writer.write(into=out)
+    text = _io.StringIO()
+    w = csv.writer(text, lineterminator="\n")
+    w.writerow(ENVIRONMENT_COLUMNS)
+    for run, (row, _) in zip(runs, writer.rows()):
+        if row is not None:
+            env = _environment(sweep.run_path(run.run_id), sweep.done_file)
+            w.writerow([run.run_id, *("" if env.get(c) is None else env[c] for c in ENVIRONMENT_COLUMNS[1:])])
+    io.write_text(out / ENVIRONMENT, text.getvalue())
+    io.write_text(out / SweepDir.SPEC, (sweep_path / SweepDir.SPEC).read_text())
+    io.write_json(out / SweepDir.INDEX, index)
+    made = {"sweep": spec.name, "kind": spec.command, "planned": len(runs), "finished": finished}
+    io.write_json(out / MARKER, made)   # last: a folder with it is a whole export
+    return made
