@@ -328,3 +328,33 @@ def test_export_refuses_to_write_into_a_sweep_folder(report, tmp_path, capsys):
     assert sorted(p.name for p in sweep.iterdir()) == before
     assert main(["sweep", "export", str(tmp_path), "--out", str(tmp_path / "x")]) == 2
     assert "not a lengen sweep folder" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_an_export_accumulates_a_study_run_in_parts(report, export, tmp_path, capsys):
+    """Part 1: the whole grid, half of it finished; part 2: a sweep file over the other half,
+    exported into the first export. The result: the whole study, as one uninterrupted sweep."""
+    sweep = report.parent / "sweep"
+    partial = tmp_path / "partial"
+    shutil.copytree(sweep, partial)
+    res = pd.read_csv(sweep / "results.csv", dtype={"run_id": str})
+    for rid in res.loc[res["task"] == "even_pairs", "run_id"]:
+        shutil.rmtree(partial / "runs" / rid)
+    study = tmp_path / "study"
+    assert main(["sweep", "export", str(partial), "--out", str(study)]) == 0
+    assert "4 of 8 runs finished" in capsys.readouterr().out
+    part2 = tmp_path / "part2.yaml"
+    part2.write_text(yaml.safe_dump({"name": "part 2", "grid": {"task": ["even_pairs"], "pe": ["rope", "alibi"],
+                                                                "positions": ["standard", "randomized"]},
+                                     "fixed": TINY}))
+    assert main(["sweep", "run", str(part2), "--out", str(tmp_path / "sweep2"), "--workers", "1", "--device", "cpu",
+                 "--no-progress"]) == 0
+    assert main(["sweep", "export", str(tmp_path / "sweep2"), "--out", str(study)]) == 0
+    assert "8 of 8 runs finished" in capsys.readouterr().out
+    assert (study / "sweep.yaml").read_text() == (sweep / "sweep.yaml").read_text()   # the whole grid's file
+    timing = ["seconds", "train_seconds", "eval_seconds"]
+    merged = pd.read_csv(study / "results.csv", dtype={"run_id": str}).drop(columns=timing)
+    whole = pd.read_csv(export / "results.csv", dtype={"run_id": str}).drop(columns=timing)
+    pd.testing.assert_frame_equal(merged, whole)
+    assert (study / "accuracy_by_length.csv").read_text() == (export / "accuracy_by_length.csv").read_text()
+    env = pd.read_csv(study / "environment.csv", dtype={"run_id": str})
+    assert list(env["run_id"]) == list(whole["run_id"]) and env["torch"].notna().all()

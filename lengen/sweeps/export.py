@@ -11,6 +11,12 @@ and see what computed every number. `lengen sweep export SWEEP_DIR --out DIR` wr
 
 No checkpoints, logs or run directories. The tables are rebuilt from the run directories (the
 sweep's own results writer), so an export is right even when the sweep folder's tables are stale.
+
+An export accumulates: exporting into an earlier export keeps the runs it holds that the sweep
+folder has not finished (a run id hashes the run's whole config, so the same id is the same run).
+Its sweep file stays when it plans every run of the folder's (a study finished in parts, each part
+a sweep file over some seeds); otherwise the folder's sweep file replaces it, keeping the earlier
+runs it still plans. The environment of each run says where and with what it ran.
 """
 
 from __future__ import annotations
@@ -47,6 +53,29 @@ def _environment(path: Path, done_file: str) -> dict:
     return {}
 
 
+def _csv_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _earlier(out: Path):
+    """An earlier export in `out`: (index, sweep file text, spec, runs, rows by run id, long rows
+    (less the run id) by run id, environment by run id), its cells as the CSV texts they were;
+    None when it no longer expands with this lengen."""
+    index = io.read_json(out / SweepDir.INDEX)
+    try:
+        spec = parse_spec(index["spec"], where=str(out / SweepDir.INDEX))
+    except LengenError:
+        return None
+    results, by_length = spec.kind.tables
+    rows = {r["run_id"]: r for r in _csv_rows(out / results)}
+    values: dict = {}
+    for r in _csv_rows(out / by_length):
+        values.setdefault(r["run_id"], []).append(tuple(v for k, v in r.items() if k != "run_id"))
+    env = {r["run_id"]: {k: v for k, v in r.items() if v != ""} for r in _csv_rows(out / ENVIRONMENT)}
+    return index, (out / SweepDir.SPEC).read_text(), spec, expand(spec), rows, values, env
+
+
 def export_sweep(sweep_path, out) -> dict:
     """Write the export of the sweep in `sweep_path` into folder `out`. Returns name, planned,
     finished. Refuses (LengenError) an `out` that is a sweep folder or the sweep itself."""
@@ -59,11 +88,20 @@ def export_sweep(sweep_path, out) -> dict:
     if out.resolve() == sweep_path.resolve() or ((out / SweepDir.INDEX).exists() and not is_export(out)):
         raise LengenError(f"{out} is a sweep folder; export into a new folder (or an earlier export)")
     io.check_writable(out)
-    index = SweepDir(sweep_path).read_index()
+    index, spec_text = SweepDir(sweep_path).read_index(), (sweep_path / SweepDir.SPEC).read_text()
     spec = parse_spec(index["spec"], where=str(sweep_path / SweepDir.INDEX))
     runs = expand(spec)
+    known, known_env = {}, {}
+    if is_export(out):
+        earlier = _earlier(out)
+        if earlier is not None:
+            e_index, e_text, e_spec, e_runs, rows, values, known_env = earlier
+            if e_spec.kind is spec.kind and {r.run_id for r in runs} <= {r.run_id for r in e_runs}:
+                index, spec_text, spec, runs = e_index, e_text, e_spec, e_runs
+            known = {rid: (row, values.get(rid, [])) for rid, row in rows.items()}
     sweep = SweepDir(sweep_path, spec.kind.done_file(spec.evaluation))
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
+    writer.known = {rid: ({c: row.get(c, "") for c in writer.columns}, vals) for rid, (row, vals) in known.items()}
 
     out.mkdir(parents=True, exist_ok=True)
     finished = writer.write(into=out)
@@ -72,10 +110,11 @@ def export_sweep(sweep_path, out) -> dict:
     w.writerow(ENVIRONMENT_COLUMNS)
     for run, (row, _) in zip(runs, writer.rows()):
         if row is not None:
-            env = _environment(sweep.run_path(run.run_id), sweep.done_file)
+            env = _environment(sweep.run_path(run.run_id), sweep.done_file) if sweep.is_done(run.run_id) \
+                else known_env.get(run.run_id, {})
             w.writerow([run.run_id, *("" if env.get(c) is None else env[c] for c in ENVIRONMENT_COLUMNS[1:])])
     io.write_text(out / ENVIRONMENT, text.getvalue())
-    io.write_text(out / SweepDir.SPEC, (sweep_path / SweepDir.SPEC).read_text())
+    io.write_text(out / SweepDir.SPEC, spec_text)
     io.write_json(out / SweepDir.INDEX, index)
     made = {"sweep": spec.name, "kind": spec.command, "planned": len(runs), "finished": finished}
     io.write_json(out / MARKER, made)   # last: a folder with it is a whole export

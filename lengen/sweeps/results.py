@@ -77,8 +77,12 @@ class ResultsWriter:
     written, and a run counts as finished only then) so periodic rebuilds during a long sweep read
     each finished run once."""
 
-    def __init__(self, sweep: SweepDir, runs, kind: SweepKind, evaluation: dict | None = None):
+    def __init__(self, sweep: SweepDir, runs, kind: SweepKind, evaluation: dict | None = None,
+                 known: dict | None = None):
+        """`known`: run id -> (row, long rows less the run_id) of runs finished elsewhere (an
+        earlier export), used for runs not finished in this folder."""
         self.sweep, self.runs, self.kind, self.evaluation = sweep, runs, kind, evaluation
+        self.known = known or {}
         self.extra = varying_columns(runs, kind)
         self.columns = [*kind.leading_columns, *self.extra, *kind.trailing_columns]
         self.by_length_columns = kind.by_length_columns(evaluation)
@@ -100,7 +104,7 @@ class ResultsWriter:
             done = io.read_json(path / self.sweep.done_file)
             result, values = self.kind.rows_of(path, done, self.evaluation)
         except (OSError, ValueError):
-            return None
+            return self.known.get(run.run_id)
         train_s, eval_s = result.get("train_seconds"), result.get("eval_seconds")
         row = {**self.config_row(run), **result,
                "seconds": round(train_s + eval_s, 3) if train_s is not None and eval_s is not None else None}
