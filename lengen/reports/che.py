@@ -50,7 +50,7 @@ def seeds_caption(stats: dict) -> str:
     """How many seeds the cells average: "n = 5 seeds per cell" or "n = 3-5 seeds per cell"."""
     n = stats["n"].stack()
     lo, hi = int(n.min()), int(n.max())
-    return f"n = {lo} seeds per cell" if lo == hi else f"n = {lo}-{hi} seeds per cell"
+    return f"n = {lo} seed{'s' if lo > 1 else ''} per cell" if lo == hi else f"n = {lo}-{hi} seeds per cell"
 
 
 def stats_markdown(stats: dict) -> str:

@@ -1,0 +1,179 @@
+"""Rebuild every generated table (and figure) in docs/ from the results committed in docs/data/.
+
+    python scripts/build_docs.py            # rewrite the generated blocks and figures
+    python scripts/build_docs.py --check    # exit 1 naming each block that differs from its data
+
+A generated block in a docs page is the text between
+
+    <!-- generated: KIND ARGS -->
+    <!-- end generated -->
+
+and KIND ARGS say what it shows (BLOCKS below), e.g. `che ruoss2023-mini table1` is Table 1 of the
+export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions. A doc claim
+that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
+checks that changing a committed score or a number in a block makes it fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+
+from lengen import io  # noqa: E402
+from lengen.reports import aggregate as agg  # noqa: E402
+from lengen.reports import che  # noqa: E402
+from lengen.reports import published as pub  # noqa: E402
+from lengen.reports.build import build_report  # noqa: E402
+from lengen.reports.compare import compare_variants, comparison_markdown  # noqa: E402
+from lengen.reports.load import load_sweep  # noqa: E402
+from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
+
+BLOCK = re.compile(r"(<!-- generated: (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
+
+
+class BlockError(Exception):
+    """A block that names no data or no kind: one line, exit 2."""
+
+
+class Blocks:
+    """What each block kind shows, from the committed results under `data`."""
+
+    def __init__(self, data: Path):
+        self.data = data
+
+    @functools.cache  # noqa: B019 - one Blocks per build
+    def runs(self, study: str):
+        return che.variant_runs(load_sweep(self.data / "studies" / study))
+
+    def che(self, study: str, what: str, *args: str) -> str:
+        runs = self.runs(study)
+        if what == "table1":
+            return markdown(agg.table1(runs))
+        if what == "table4":
+            mean, std, _ = agg.table4(runs)
+            return markdown(mean, std=std)
+        if what == "seed_stats":
+            stats = agg.seed_statistics(runs)
+            return che.seeds_caption(stats) + "; mean ± sample std [95% t interval]\n\n" + che.stats_markdown(stats)
+        if what == "in_range":
+            done = runs[runs["accuracy_in_train_range"].notna()]
+            best = agg.best_runs(runs).set_index(["task", "variant"])["accuracy_in_train_range"].astype(float)
+            table = (100 * best).unstack("variant").reindex(index=agg.ordered_tasks(done["task"].unique()),
+                                                            columns=agg.ordered_variants(runs))
+            return markdown(table, bold_max=False, average=False)
+        if what == "paper":
+            t1 = agg.table1(runs)
+            cmp = pub.compare(t1)
+            return che.comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"])
+        if what == "compare":
+            a, b = args
+            return comparison_markdown(compare_variants(runs, a, b), a, b) + "\n"
+        raise KeyError(f"che {what}")
+
+    def environment(self, study: str) -> str:
+        """What computed a study's runs: one line per distinct environment, with its run count."""
+        folder = self.data / "studies" / study
+        env = pd.read_csv(folder / "environment.csv", dtype=str).fillna("")
+        planned = io.read_json(folder / "export.json")["planned"]
+        cols = [c for c in ("lengen_commit", "torch", "transformers", "device", "gpu", "threads") if c in env]
+        lines = [f"{len(env)} of {planned} planned runs finished; computed with:"]
+        for values, group in env.groupby(cols, sort=False):
+            parts = [f"{c.replace('_commit', '')} {v}" for c, v in zip(cols, values) if v and c != "threads"]
+            threads = dict(zip(cols, values)).get("threads", "")
+            lines.append(f"- {len(group)} runs: " + ", ".join(parts) +
+                         (f", {threads} CPU thread{'s' if threads != '1' else ''} per run" if threads else ""))
+        return "\n".join(lines) + "\n"
+
+    def demo(self, folder: str) -> str:
+        runs = {p: io.read_json(self.data / "demo" / folder / f"rope-{p}" / "eval.json")
+                for p in ("standard", "randomized")}
+        bands = [b["lengths"] for b in runs["standard"]["bands"]]
+        rows = [[band, *(f"{r['bands'][i]['accuracy']:.3f}" for r in runs.values())] for i, band in enumerate(bands)]
+        n = runs["standard"]["train_length"]
+        rows.append([f"score ({n + 1}-{runs['standard']['max_length']})",
+                     *(f"{r['score']:.3f}" for r in runs.values())])
+        env = runs["standard"]["environment"]
+        header = ["lengths", "rope (standard positions)", "rope (randomized positions)"]
+        return (markdown_rows(header, rows) + f"\nlengen {env['lengen_commit']}, torch {env['torch']}, "
+                f"{env['device']}, {env['threads']} thread{'s' if env['threads'] > 1 else ''}\n")
+
+    def render(self, args: str) -> str:
+        kind, *rest = args.split()
+        return getattr(self, kind)(*rest)
+
+
+def figures(data: Path, docs: Path) -> list[Path]:
+    """The figures docs show from committed studies: each CHE study's Fig. 4 per task, as
+    docs/figures/<study>_<task>.png (the study's dashes as underscores)."""
+    made = []
+    studies = data / "studies"
+    for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
+        with tempfile.TemporaryDirectory() as tmp:
+            build_report(study, tmp)
+            for fig in sorted(Path(tmp).glob("fig4_*.png")):
+                target = docs / "figures" / f"{study.name.replace('-', '_')}_{fig.stem.removeprefix('fig4_')}.png"
+                shutil.copyfile(fig, target)
+                made.append(target)
+    return made
+
+
+def build(docs: Path, data: Path, check: bool) -> list[str]:
+    """Rewrite (or, with `check`, compare) every generated block of docs/*.md. Returns the
+    blocks that differ (check) or were rewritten, as "page: args"."""
+    blocks = Blocks(data)
+    changed = []
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text()
+
+        def fill(m, page=page):
+            try:
+                body = blocks.render(m["args"])
+            except (AttributeError, KeyError, TypeError, ValueError, OSError) as e:
+                raise BlockError(f"build_docs: {page.name}: block `{m['args']}` cannot be built "
+                                 f"({type(e).__name__}: {e})") from None
+            if body != m["body"]:
+                changed.append(f"{page.name}: {m['args']}")
+            return m[1] + body + m[4]
+
+        new = BLOCK.sub(fill, text)
+        if not check and new != text:
+            io.write_text(page, new)
+    return changed
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its data")
+    p.add_argument("--docs", type=Path, default=ROOT / "docs", help="the pages (default docs/)")
+    p.add_argument("--data", type=Path, default=ROOT / "docs" / "data", help="the results (default docs/data/)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    args = p.parse_args(argv)
+    try:
+        changed = build(args.docs, args.data, args.check)
+    except BlockError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.check:
+        for c in changed:
+            print(f"stale: {c} (rebuild: python scripts/build_docs.py)")
+        return 1 if changed else 0
+    for c in changed:
+        print(f"rewrote {c}")
+    if not args.no_figures:
+        for f in figures(args.data, args.docs):
+            print(f"figure {f.relative_to(args.docs.parent) if f.is_relative_to(args.docs.parent) else f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Docs against data: every generated block in docs/ (scripts/build_docs.py) equals what its
+committed results in docs/data/ give, and the check notices a changed score or a changed number."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "scripts" / "build_docs.py"
+
+
+def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BUILD), "--check", "--docs", str(docs), "--data", str(data)],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """docs/ (pages and data) copied, to change without touching the repository."""
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("*.png", "*.svg", "benchmarks"))
+    return docs
+
+
+def test_every_generated_block_matches_its_committed_data():
+    done = check()
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_docs_have_generated_blocks_for_every_committed_study():
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for study in (ROOT / "docs" / "data" / "studies").iterdir():
+        if (study / "export.json").exists():
+            assert f"<!-- generated: che {study.name} table1 -->" in pages, study.name
+
+
+def test_a_changed_score_in_the_demo_data_is_caught(copy):
+    run = copy / "data" / "demo" / "threads-2" / "rope-randomized" / "eval.json"
+    record = json.loads(run.read_text())
+    record["score"] = 0.5   # printed 0.893
+    run.write_text(json.dumps(record))
+    done = check(copy, copy / "data")
+    assert done.returncode == 1 and "stale: results.md: demo threads-2" in done.stdout
+
+
+def test_a_changed_score_in_a_study_is_caught(copy):
+    studies = sorted(p for p in (copy / "data" / "studies").glob("*") if (p / "export.json").exists())
+    assert studies, "no committed study"
+    results = studies[0] / "results.csv"
+    table = pd.read_csv(results, dtype={"run_id": str})
+    best = table["score"].idxmax()           # a score Table 1 shows
+    table.loc[best, "score"] = table.loc[best, "score"] - 0.05
+    table.to_csv(results, index=False)
+    done = check(copy, copy / "data")
+    assert done.returncode == 1 and f"che {studies[0].name} table1" in done.stdout
+
+
+def test_a_changed_number_in_a_docs_table_is_caught(copy):
+    page = copy / "results.md"
+    text = page.read_text()
+    assert "| score (21-60) | 0.560 |" in text
+    page.write_text(text.replace("| score (21-60) | 0.560 |", "| score (21-60) | 0.561 |", 1))
+    done = check(copy, copy / "data")
+    assert done.returncode == 1 and done.stdout.count("stale:") == 1 and "demo threads-2" in done.stdout
+
+
+def test_an_unknown_block_is_one_clear_message(copy):
+    page = copy / "results.md"
+    page.write_text(page.read_text() + "\n<!-- generated: che no-such-study table1 -->\n<!-- end generated -->\n")
+    done = check(copy, copy / "data")
+    assert done.returncode not in (0, 1) and "Traceback" not in done.stderr
+    assert re.search(r"results\.md: block `che no-such-study table1` cannot be built", done.stderr)
