@@ -41,13 +41,16 @@ def hand_values(ppl=PPL) -> pd.DataFrame:
                          for (rid, m), d in ppl.items() for length, v in d.items()])
 
 
-# expected cells, by hand: mean and std (ddof 0) of the natural log of the perplexities
+# expected cells, by hand: mean and sample std (ddof 1) of the natural log of the perplexities;
+# with two values a, b the sample std is |a - b| / sqrt(2)
+R2 = math.sqrt(2)
 EXPECTED = {  # variant -> {length: (mean, std)}
-    "RoPE": {128: ((L(4) + L(5)) / 2, (L(5) - L(4)) / 2), 512: ((L(20) + L(30)) / 2, (L(30) - L(20)) / 2)},
-    "RoPE + pi:factor=4": {128: ((L(4.5) + L(5.5)) / 2, (L(5.5) - L(4.5)) / 2),
-                           512: ((L(8) + L(10)) / 2, (L(10) - L(8)) / 2)},
-    "FIRE": {128: ((L(4.2) + L(4.8)) / 2, (L(4.8) - L(4.2)) / 2), 512: (L(9), 0.0)},
+    "RoPE": {128: ((L(4) + L(5)) / 2, (L(5) - L(4)) / R2), 512: ((L(20) + L(30)) / 2, (L(30) - L(20)) / R2)},
+    "RoPE + pi:factor=4": {128: ((L(4.5) + L(5.5)) / 2, (L(5.5) - L(4.5)) / R2),
+                           512: ((L(8) + L(10)) / 2, (L(10) - L(8)) / R2)},
+    "FIRE": {128: ((L(4.2) + L(4.8)) / 2, (L(4.8) - L(4.2)) / R2), 512: (L(9), 0.0)},
 }
+T_975_1 = 12.7062047  # Student's t, 97.5% quantile, 1 degree of freedom (a printed table)
 
 
 def test_labels_are_the_papers_names():
@@ -72,6 +75,9 @@ def test_table_is_mean_and_std_of_log_perplexity_over_seeds():
             assert n.loc[variant, length] == 2
     # the long form says the same, with the encoding and the method as evaluated
     c = lm.cells(hand_runs(), hand_values(), "ppl").set_index(["variant", "length"])
+    m, s = EXPECTED["RoPE"][512]
+    half = T_975_1 * s / R2
+    assert c.loc[("RoPE", 512), "low"] == pytest.approx(m - half) and c.loc[("RoPE", 512), "high"] == pytest.approx(m + half)
     assert c.loc[("RoPE + pi:factor=4", 512), "method"] == "pi:factor=4"
     assert c.loc[("FIRE", 512), "encoding"] == "FIRE" and c.loc[("FIRE", 512), "planned"] == 2
 
@@ -81,8 +87,8 @@ def test_accuracy_is_averaged_as_is():
                             "accuracy": a} for rid, a in (("rope0", 0.2), ("rope1", 0.4), ("fire0", 1.0),
                                                           ("fire1", 0.9))])
     mean, std, _ = lm.table(hand_runs(), values, "accuracy")
-    assert mean.loc["RoPE", 256] == pytest.approx(0.3) and std.loc["RoPE", 256] == pytest.approx(0.1)
-    assert mean.loc["FIRE", 256] == pytest.approx(0.95) and std.loc["FIRE", 256] == pytest.approx(0.05)
+    assert mean.loc["RoPE", 256] == pytest.approx(0.3) and std.loc["RoPE", 256] == pytest.approx(0.2 / R2)
+    assert mean.loc["FIRE", 256] == pytest.approx(0.95) and std.loc["FIRE", 256] == pytest.approx(0.1 / R2)
     best = lm.best_cells(mean, "accuracy")
     assert bool(best.loc["FIRE", 256]) and not bool(best.loc["RoPE", 256])  # highest accuracy
 
@@ -110,7 +116,7 @@ def test_nan_is_left_out_and_inf_gives_inf():
     ppl[("fire0", "base")] = {128: 4.2, 512: 9.0, 1024: float("inf")}
     ppl[("fire1", "base")] = {128: 4.8, 512: 9.0, 1024: 12.0}
     mean, std, n = lm.table(hand_runs(), hand_values(ppl), "ppl")
-    assert mean.loc["RoPE", 1024] == pytest.approx(L(50)) and std.loc["RoPE", 1024] == 0.0
+    assert mean.loc["RoPE", 1024] == pytest.approx(L(50)) and math.isnan(std.loc["RoPE", 1024])  # one run
     assert n.loc["RoPE", 1024] == 1
     assert mean.loc["FIRE", 1024] == math.inf and n.loc["FIRE", 1024] == 2
     assert math.isnan(mean.loc["RoPE + pi:factor=4", 1024]) and n.loc["RoPE + pi:factor=4", 1024] == 0
@@ -152,7 +158,7 @@ def test_unfinished_sweep_lists_its_missing_cells():
     cells = lm.cells(runs, values, "ppl")
     assert lm.missing_cells(cells, lm.variants(runs, values)) == [("FIRE", 128, 1, 2), ("FIRE", 512, 1, 2)]
     mean, std, _ = lm.table(runs, values, "ppl")
-    assert mean.loc["FIRE", 512] == pytest.approx(L(9)) and std.loc["FIRE", 512] == 0.0
+    assert mean.loc["FIRE", 512] == pytest.approx(L(9)) and math.isnan(std.loc["FIRE", 512])  # one run
 
 
 # -- the files --------------------------------------------------------------------------------
@@ -179,7 +185,10 @@ def test_build_writes_the_table_csv_figure_and_page(tmp_path):
     assert list(res["table"].index) == ["RoPE", "RoPE + pi:factor=4", "FIRE"]
 
     md = (tmp_path / "lm_table.md").read_text()
-    assert md == res["markdown"] and "Log perplexity" in md and "ddof 0" in md
+    assert md == res["markdown"] and "Log perplexity" in md and "ddof 1" in md
+    intervals = (tmp_path / "lm_intervals.md").read_text()
+    m, s = EXPECTED["RoPE"][512]
+    assert f"| RoPE | " in intervals and f"[{m - T_975_1 * s / R2:.3f}, {m + T_975_1 * s / R2:.3f}] (n=2)" in intervals
     e = EXPECTED
     assert "| Method | 128 (train) | 512 |" in md
     assert f"| RoPE | **{_fmt(*e['RoPE'][128])}** | {_fmt(*e['RoPE'][512])} |" in md
@@ -189,7 +198,7 @@ def test_build_writes_the_table_csv_figure_and_page(tmp_path):
     assert md.count("**") == 2 * 2  # two bold cells
 
     csv = pd.read_csv(tmp_path / "lm_table.csv")
-    assert list(csv.columns) == ["variant", "encoding", "method", "length", "mean", "std", "n"]
+    assert list(csv.columns) == ["variant", "encoding", "method", "length", "n", "mean", "std", "low", "high"]
     assert len(csv) == 6
     for r in csv.itertuples():
         m, s = EXPECTED[r.variant][r.length]
@@ -215,7 +224,7 @@ def test_build_an_unfinished_sweep(tmp_path):
     assert res["missing"] == [("FIRE", 128, 1, 2), ("FIRE", 512, 1, 2)]
     md = (tmp_path / "lm_table.md").read_text()
     # * (escaped in Markdown): fewer runs than planned; FIRE's one run at 128 is now the best
-    assert f"| FIRE | **{L(4.2):.3f} ± 0.000\\*** | {L(9):.3f} ± 0.000\\* |" in md
+    assert f"| FIRE | **{L(4.2):.3f}\\*** | {L(9):.3f}\\* |" in md   # one run: no std
     page = (tmp_path / "index.html").read_text()
     assert "3 of 4 runs finished" in page and "FIRE at 512: 1 of 2 runs have a value" in page
 
@@ -244,8 +253,8 @@ def test_build_passkey_accuracy(tmp_path):
     assert res["figure"] == "accuracy_vs_length.png" and (tmp_path / "accuracy_vs_length.svg").exists()
     md = res["markdown"]
     assert "Accuracy" in md
-    assert "| RoPE | **1.000 ± 0.000** | 0.250 ± 0.250 |" in md  # ties at 128 all bold
-    assert "| FIRE | **1.000 ± 0.000** | **0.750 ± 0.250** |" in md
+    assert "| RoPE | **1.000 ± 0.000** | 0.250 ± 0.354 |" in md  # ties at 128 all bold; 0.5 / sqrt(2)
+    assert "| FIRE | **1.000 ± 0.000** | **0.750 ± 0.354** |" in md
 
 
 def test_lm_page_renders_offline_in_a_browser(tmp_path):

@@ -36,10 +36,18 @@ def caption(metric: str, protocol: str, trained: list[int]) -> str:
     what = ("Log perplexity (natural log of the per-byte perplexity; lower is better)" if metric == "ppl"
             else "Accuracy (higher is better)")
     train = ", ".join(str(t) for t in trained) or "unknown"
-    return (f"{what} by evaluation length: mean ± std (ddof 0) over seeds of {PROTOCOLS.get(protocol, protocol)} "
-            f"(protocol {protocol}). Bold: the best of each column. (train): a training length ({train} tokens). "
+    return (f"{what} by evaluation length: mean ± sample std (ddof 1) over seeds of {PROTOCOLS.get(protocol, protocol)} "
+            f"(protocol {protocol}); lm_intervals.md and lm_table.csv give n and the 95% t interval of each mean. "
+            f"Bold: the best of each column. (train): a training length ({train} tokens). "
             f"{MISSING}: no value; *: fewer runs than planned" + ("; inf: an infinite perplexity." if metric == "ppl"
                                                                  else "."))
+
+
+def interval_text(low: float, high: float, n: int, planned: int) -> str:
+    """A cell of lm_intervals.md: the 95% interval and n."""
+    if n < 2 or math.isnan(low):
+        return MISSING + f" (n={n})"
+    return f"[{FMT.format(low)}, {FMT.format(high)}] (n={n})" + ("*" if n < planned else "")
 
 
 def cell_text(mean: float, std: float, n: int, planned: int) -> str:
@@ -68,6 +76,18 @@ def table_texts(mean: pd.DataFrame, std: pd.DataFrame, n: pd.DataFrame, planned:
     return header, rows, bolds
 
 
+def intervals_markdown(runs, values, metric: str, planned: dict, trained: list[int]) -> str:
+    """lm_intervals.md: the 95% t interval of each cell's mean and its n, in lm_table.md's layout."""
+    low, high, n = lm.table(runs, values, metric, columns=("low", "high", "n"))
+    if not len(low.columns):
+        return "No run has finished yet.\n"
+    header = ["Method", *(lm.length_header(c, trained) for c in low.columns)]
+    rows = [[v, *(interval_text(float(low.loc[v, c]), float(high.loc[v, c]), int(n.loc[v, c]), planned[v])
+                  for c in low.columns)] for v in low.index]
+    return ("Table: 95% t interval of each mean in lm_table.md, and n (runs with a value)\n\n" +
+            markdown_rows(header, rows, escape=_md_escape))
+
+
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("*", "\\*")
 
@@ -77,9 +97,10 @@ def markdown_table(cap: str, header, rows, bolds) -> str:
 
 
 def csv_frame(cells: pd.DataFrame) -> pd.DataFrame:
-    """The long CSV: variant, encoding, method, length, mean, std, n; cells with a value only."""
+    """The long CSV: variant, encoding, method, length, n, mean, std (ddof 1), low and high (the
+    95% t interval); cells with a value only."""
     c = cells[cells["n"] > 0]
-    return c[["variant", "encoding", "method", "length", "mean", "std", "n"]].reset_index(drop=True)
+    return c[["variant", "encoding", "method", "length", "n", "mean", "std", "low", "high"]].reset_index(drop=True)
 
 
 def build(data: SweepData, out: Path) -> dict:
@@ -110,6 +131,7 @@ def build(data: SweepData, out: Path) -> dict:
     else:
         md = f"Table: {_md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
     io.write_text(out / "lm_table.md", md)
+    io.write_text(out / "lm_intervals.md", intervals_markdown(runs, values, metric, planned, trained))
     io.write_text(out / "lm_table.csv", csv_frame(cells).to_csv(index=False, float_format="%.10g"))
 
     what = "perplexity" if metric == "ppl" else "accuracy"

@@ -15,9 +15,10 @@ except the seed (what the cells average over). Labels follow the paper: `NoPE`, 
 `Kerple`, `T5's RPE`, `FIRE`, `FIRE-S`; a training-free method is appended with " + " as its spec
 (`RoPE + pi:factor=8`), other varying options with ", " (`FIRE, lr=0.001`).
 
-Cells: mean and std (ddof 0) over seeds of the log perplexity (natural log of ppl, as the paper's
-tables) or of the accuracy. A NaN value (a length the model cannot take) is left out of its cell;
-an infinite perplexity makes the cell's mean inf (and its std NaN).
+Cells: mean, sample std (ddof 1) and 95% t interval (lengen.reports.stats) over seeds of the log
+perplexity (natural log of ppl, as the paper's tables) or of the accuracy; a cell of one run has
+no std or interval. A NaN value (a length the model cannot take) is left out of its cell; an
+infinite perplexity makes the cell's mean inf (and its std and interval NaN).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.extrapolation.compose import is_plain
+from lengen.reports.stats import summarize
 
 #: the encodings as the FIRE paper names them; any other name is shown as given
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
@@ -52,16 +54,17 @@ def is_plain_method(method) -> bool:
     return method is None or (isinstance(method, float) and math.isnan(method)) or is_plain(str(method))
 
 
-def option_columns(runs: pd.DataFrame) -> list[str]:
-    """Columns of `runs` (in table order) that vary between runs of the same encoding, the seed and
-    the bookkeeping columns left out. An option that differs only between encodings (an encoding's
-    own options, NaN for the others) is implied by the encoding and left out."""
+def option_columns(runs: pd.DataFrame, by: str = "pe", skip=NOT_VARIANT) -> list[str]:
+    """Columns of `runs` (in table order) that vary between runs of the same encoding (the same
+    value of column `by`), the seed and the bookkeeping columns (`skip`) left out. An option that
+    differs only between encodings (an encoding's own options, NaN for the others) is implied by
+    the encoding and left out."""
     cols = []
     for c in runs.columns:
-        if c in NOT_VARIANT:
+        if c in skip or c == by:
             continue
         text = runs[c].astype(str)
-        if (text.groupby(runs["pe"].astype(str)).nunique() > 1).any():
+        if (text.groupby(runs[by].astype(str)).nunique() > 1).any():
             cols.append(c)
     return cols
 
@@ -160,39 +163,42 @@ def long_values(runs: pd.DataFrame, values: pd.DataFrame, metric: str) -> pd.Dat
     return v.drop_duplicates(["run_id", "variant", "length"])[cols].reset_index(drop=True)
 
 
-def _mean_std(s: pd.Series) -> tuple[float, float]:
+def _summary(s: pd.Series) -> tuple[float, float, float, float]:
+    """(mean, std, low, high) of a cell's values, NaNs left out."""
     x = s.to_numpy(dtype=float)
     x = x[~np.isnan(x)]
-    if not len(x):
-        return math.nan, math.nan
     if np.isinf(x).any():
         # an infinite perplexity: the mean is inf (or -inf), the spread has no meaning
-        return float(np.sum(x)), math.nan
-    return float(np.mean(x)), float(np.std(x, ddof=0))
+        return float(np.sum(x)), math.nan, math.nan, math.nan
+    st = summarize(x)
+    return st.mean, st.std, st.low, st.high
 
 
 def cells(runs: pd.DataFrame, values: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Long form, one row per variant and length (every length any run was evaluated at), in
-    table order: variant, encoding, method, length, mean, std, n (runs with a value), planned."""
+    table order: variant, encoding, method, length, mean, std (ddof 1), low and high (the 95% t
+    interval of the mean), n (runs with a value), planned."""
     order = variants(runs, values)
     lv = long_values(runs, values, metric)
     lengths = sorted(int(x) for x in lv["length"].unique())
     stats = {}
     for (variant, length), g in lv.groupby(["variant", "length"], sort=False):
-        mean, std = _mean_std(g["value"])
-        stats[(variant, int(length))] = (mean, std, int(g["value"].notna().sum()))
+        stats[(variant, int(length))] = (*_summary(g["value"]), int(g["value"].notna().sum()))
     rows = []
     for r in order.itertuples(index=False):
         for length in lengths:
-            mean, std, n = stats.get((r.variant, length), (math.nan, math.nan, 0))
+            mean, std, low, high, n = stats.get((r.variant, length), (math.nan,) * 4 + (0,))
             rows.append({"variant": r.variant, "encoding": r.encoding, "method": r.method, "length": length,
-                         "mean": mean, "std": std, "n": n, "planned": r.planned})
-    return pd.DataFrame(rows, columns=["variant", "encoding", "method", "length", "mean", "std", "n", "planned"])
+                         "mean": mean, "std": std, "low": low, "high": high, "n": n, "planned": r.planned})
+    return pd.DataFrame(rows, columns=["variant", "encoding", "method", "length", "mean", "std", "low", "high", "n",
+                                       "planned"])
 
 
-def table(runs: pd.DataFrame, values: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(mean, std, n): variants (rows, table order) x lengths (columns, ascending ints). mean and
-    std over seeds (ddof 0) of log ppl or accuracy; n the runs with a value; NaN: no value."""
+def table(runs: pd.DataFrame, values: pd.DataFrame, metric: str,
+          columns=("mean", "std", "n")) -> tuple[pd.DataFrame, ...]:
+    """The frames `columns` of cells(): variants (rows, table order) x lengths (columns, ascending
+    ints): by default mean and std (ddof 1) over seeds of log ppl or accuracy, and n, the runs
+    with a value; also low and high, the 95% interval. NaN: no value."""
     c = cells(runs, values, metric)
     order = list(variants(runs, values)["variant"])
     lengths = sorted(int(x) for x in c["length"].unique())
@@ -204,7 +210,7 @@ def table(runs: pd.DataFrame, values: pd.DataFrame, metric: str) -> tuple[pd.Dat
         p = c.pivot(index="variant", columns="length", values=col)
         return p.reindex(index=order, columns=lengths)
 
-    return pivot("mean").astype(float), pivot("std").astype(float), pivot("n").fillna(0).astype(int)
+    return tuple(pivot(col).fillna(0).astype(int) if col == "n" else pivot(col).astype(float) for col in columns)
 
 
 def best_cells(mean: pd.DataFrame, metric: str) -> pd.DataFrame:
