@@ -65,6 +65,8 @@ class Blocks:
         if what == "seed_stats":
             stats = agg.seed_statistics(runs)
             return che.seeds_caption(stats) + "; mean ± sample std [95% t interval]\n\n" + che.stats_markdown(stats)
+        if what == "by_lr":
+            return che.lr_markdown(agg.by_lr(runs))
         if what == "in_range":
             done = runs[runs["accuracy_in_train_range"].notna()]
             best = agg.best_runs(runs).set_index(["task", "variant"])["accuracy_in_train_range"].astype(float)

@@ -358,3 +358,17 @@ def test_an_export_accumulates_a_study_run_in_parts(report, export, tmp_path, ca
     assert (study / "accuracy_by_length.csv").read_text() == (export / "accuracy_by_length.csv").read_text()
     env = pd.read_csv(study / "environment.csv", dtype={"run_id": str})
     assert list(env["run_id"]) == list(whole["run_id"]) and env["torch"].notna().all()
+
+
+def test_by_lr_summarizes_every_learning_rate_by_hand():
+    lrs = agg.by_lr(hand_runs()).set_index(["task", "variant", "lr"])
+    # even_pairs rope: lr 1e-4 (50, 60) and lr 3e-4 (55, 52): means 55 and 53.5, ddof-1 stds
+    # sqrt(50) and sqrt(4.5); bucket_sort r_rope at 1e-4 has one finished run (99)
+    assert lrs.loc[("even_pairs", "rope", 1e-4), "mean"] == pytest.approx(55.0)
+    assert lrs.loc[("even_pairs", "rope", 3e-4), "std"] == pytest.approx(4.5 ** 0.5)
+    assert lrs.loc[("even_pairs", "rope", 3e-4), "high"] == pytest.approx(53.5 + 12.7062 * 1.5, abs=1e-3)
+    assert lrs.loc[("bucket_sort", "r_rope", 1e-4), "n"] == 1
+    from lengen.reports.che import lr_markdown
+    md = lr_markdown(agg.by_lr(hand_runs()))
+    assert "| Task | Variant | lr 0.0001 | lr 0.0003 |" in md
+    assert "| even_pairs | rope | **55.0 ± 7.1 [-8.5, 118.5] (n=2)** | 53.5 ± 2.1 [34.4, 72.6] (n=2) |" in md

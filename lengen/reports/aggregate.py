@@ -13,7 +13,8 @@ it reads appended (`Stack-RNN, memory_size=64`).
 - Table 1: per task and variant, 100 x the max score over learning rates and seeds.
 - Table 4: per task and variant, mean and std (ddof 0) over seeds at the learning rate with the
   best mean (the paper does not say; reference note's choice).
-- Seed statistics: Table 4's cells with n, the sample std (ddof 1) and a 95% t interval.
+- Seed statistics: Table 4's cells with n, the sample std (ddof 1) and a 95% t interval; the
+  same for every learning rate (by_lr), when the sweep varies it.
 - Table 2: per task and variant, mean and std of a run's wall time.
 """
 
@@ -157,6 +158,21 @@ def seed_statistics(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
             for name in out:
                 out[name].loc[task, variant] = getattr(s, name)
     return out
+
+
+def by_lr(runs: pd.DataFrame) -> pd.DataFrame:
+    """Long form, one row per task, variant and learning rate: n, mean, sample std (ddof 1) and
+    the 95% t interval of the score over seeds, x 100 (what Table 4 chooses between)."""
+    done = runs[runs["score"].notna()]
+    rows = []
+    for task in ordered_tasks(done["task"].unique()):
+        for variant in ordered_variants(runs):
+            cell = done[(done["task"] == task) & (done["variant"] == variant)]
+            for lr in sorted(cell["lr"].unique()):
+                s = summarize(100 * cell.loc[cell["lr"] == lr, "score"].astype(float))
+                rows.append({"task": task, "variant": variant, "lr": lr, "n": s.n, "mean": s.mean, "std": s.std,
+                             "low": s.low, "high": s.high})
+    return pd.DataFrame(rows, columns=["task", "variant", "lr", "n", "mean", "std", "low", "high"])
 
 
 def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

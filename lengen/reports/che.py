@@ -16,7 +16,7 @@ from lengen.reports import page
 from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position
 from lengen.reports.load import SweepData
-from lengen.reports.render import html_table, markdown, simple_markdown
+from lengen.reports.render import html_table, markdown, markdown_rows, simple_markdown
 
 STYLE = page.style("td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}",
                    "tr.average td{border-top:2px solid #333}")
@@ -56,6 +56,30 @@ def seeds_caption(stats: dict) -> str:
 def stats_markdown(stats: dict) -> str:
     """Table 4's cells as mean ± sample std (ddof 1) [95% t interval], x 100."""
     return markdown(stats["mean"], std=stats["std"], interval=(stats["low"], stats["high"]))
+
+
+def lr_markdown(lrs: pd.DataFrame) -> str:
+    """Rows: task and variant; columns: learning rates; cells: mean ± sample std [95% t interval]
+    (n) of the score x 100; bold: the best mean of the row (the lr Table 4 takes)."""
+    rates = sorted(lrs["lr"].unique())
+    header = ["Task", "Variant", *(f"lr {lr:g}" for lr in rates)]
+    rows, bolds = [], []
+    for (task, variant), g in lrs.groupby(["task", "variant"], sort=False):
+        g = g.set_index("lr")
+        best = g["mean"].max()
+        row, flags = [agg.task_label(task), variant], [False, False]
+        for lr in rates:
+            if lr not in g.index:
+                row.append("—")
+                flags.append(False)
+                continue
+            c = g.loc[lr]
+            text = f"{c['mean']:.1f}" if c["n"] < 2 else f"{c['mean']:.1f} ± {c['std']:.1f} [{c['low']:.1f}, {c['high']:.1f}]"
+            row.append(f"{text} (n={int(c['n'])})")
+            flags.append(bool(c["mean"] == best))
+        rows.append(row)
+        bolds.append(flags)
+    return markdown_rows(header, rows, bolds)
 
 
 def comparison_text(cmp: dict) -> str:
@@ -101,6 +125,10 @@ def build(data: SweepData, out: Path) -> dict:
     if stats is not None:
         io.write_text(out / "seed_stats.md", stats_markdown(stats))
         _csv(_stats_long(stats, t4_lr), out / "seed_stats.csv", index_label="row")
+    lrs = agg.by_lr(runs) if done else None
+    if lrs is not None and runs["lr"].nunique() > 1:
+        io.write_text(out / "table_lr.md", lr_markdown(lrs))
+        io.write_text(out / "table_lr.csv", lrs.to_csv(index=False, float_format="%.4g"))
     io.write_text(out / "table2.md", markdown(t2_mean, std=t2_std, fmt="{:.0f}", bold_max=False, average=False))
     _csv(t2_mean, out / "table2.csv")
 
