@@ -37,6 +37,7 @@ from lengen.reports.build import build_report  # noqa: E402
 from lengen.reports.compare import compare_variants, comparison_markdown  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
+from lengen.training.plots import plot_accuracy  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- generated: (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -115,9 +116,15 @@ class Blocks:
 
 
 def figures(data: Path, docs: Path) -> list[Path]:
-    """The figures docs show from committed studies: each CHE study's Fig. 4 per task, as
+    """The figures docs show from committed results: the demo's accuracy against length (its
+    2-thread runs, as `lengen demo` plots them) and each CHE study's Fig. 4 per task, as
     docs/figures/<study>_<task>.png (the study's dashes as underscores)."""
     made = []
+    runs = {p: io.read_json(data / "demo" / "threads-2" / f"rope-{p}" / "eval.json") for p in ("standard", "randomized")}
+    curves = {f"rope ({p} positions)": {int(n): a for n, a in r["accuracy_by_length"].items()} for p, r in runs.items()}
+    target = docs / "figures" / "bucket_sort_rope_standard_vs_randomized.png"
+    plot_accuracy(curves, runs["standard"]["train_length"], target, title="bucket_sort: standard vs randomized positions")
+    made.append(target)
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:
