@@ -1,6 +1,7 @@
 """Options as data: a command's option names map to dotted paths in a nested config dict
-("model.pe" is ModelConfig.pe inside a TrainConfig or LMConfig). Shared by lengen.training.options
-and lengen.lm.options, so the command line, presets and sweep files set configs one way."""
+("model.pe" is ModelConfig.pe inside a TrainConfig or LMConfig). Shared by lengen.training.options,
+lengen.lm.options and lengen.mlm.options, so the command line, presets and sweep files set configs
+one way."""
 
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def get_path(source: dict, dotted: str):
     for key in dotted.split("."):
         source = source[key]
     return source
+
+
+def table_types(cls, table: dict[str, str]) -> dict[str, object]:
+    """Each option's type hint, by option name: the field at its dotted path (`table`: option ->
+    path) in the config dataclass `cls`, through nested dataclasses ("model.pe": ModelConfig.pe)."""
+    types = {}
+    for name, dotted in table.items():
+        kind = cls
+        for key in dotted.split("."):
+            kind = typing.get_type_hints(kind)[key]
+        types[name] = kind
+    return types
+
+
+def table_values(cfg, table: dict[str, str]) -> dict:
+    """Every option's value in a config (with to_dict), by option name, in `table`'s order."""
+    d = cfg.to_dict()
+    return {name: get_path(d, dotted) for name, dotted in table.items()}
 
 
 def coerce_value(name: str, value, kind):

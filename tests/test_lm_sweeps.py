@@ -60,7 +60,7 @@ BAD = {
                           "unknown `lengen lm train` option 'task'"),
     "eval in a CHE sweep": ({"command": "train", "grid": {"seed": [0]}, "fixed": {}},
                             "eval: applies to `command: lm` sweeps only"),
-    "unknown command": ({"command": "mlm"}, "command 'mlm' is not supported; valid: train, lm"),
+    "unknown command": ({"command": "clm"}, "command 'clm' is not supported; valid: train, lm, mlm"),
     "lengths type": ({"eval": {"lengths": ["long"]}}, "lengths[0] must be an integer"),
 }
 

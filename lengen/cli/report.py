@@ -18,7 +18,10 @@ EPILOG = """examples:
 
 A language-model sweep (`command: lm`) gets the FIRE paper's table instead: lm_table.md/.csv (log
 perplexity per encoding and method (rows) and length (columns), mean +- std over seeds, best per
-column in bold, the training length marked), ppl_vs_length.png/.svg and index.html.
+column in bold, the training length marked), ppl_vs_length.png/.svg and index.html. A masked-LM
+sweep (`command: mlm`) gets the table of Su's MLM study: mlm_table.md/.csv (accuracy and bits per
+byte per training positions, test positions and log-n (rows) and length, mean +- sample std over
+seeds with n; the CSV adds the 95% t interval), accuracy_vs_length.png/.svg and index.html.
 
 For a CHE sweep: writes table1.md/.csv (best score per task and encoding over learning rates and seeds),
 table4.md/.csv (mean +- std over seeds at the best learning rate), table2.md/.csv (time per run),

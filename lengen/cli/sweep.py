@@ -41,6 +41,9 @@ eval` options for every run (RoPE methods apply to the RoPE runs, the others are
   fixed: {train_length: 128, steps: 1200}
   eval: {lengths: [128, 256, 512, 1024], methods: [rope, "yarn:factor=8"]}
 Results: OUT/results.csv and OUT/ppl_by_length.csv (run_id, method, length, ppl). See docs/sweeps.md.
+With `command: mlm` they are `lengen mlm train`'s, and `eval:` holds `lengen mlm eval` options
+(lengths, test_positions, log_n, windows, batch_size, seed, precision); the long table is
+OUT/mlm_by_length.csv (docs/mlm.md, "As a sweep").
 
 Each run lives in OUT/runs/<id>/ (a `lengen train` run directory; the id hashes its whole config).
 Kill a sweep at any time and rerun the same command: finished runs are skipped, interrupted ones

@@ -64,7 +64,8 @@ def option_columns(runs: pd.DataFrame, by: str = "pe", skip=NOT_VARIANT) -> list
         if c in skip or c == by:
             continue
         text = runs[c].astype(str)
-        if (text.groupby(runs[by].astype(str)).nunique() > 1).any():
+        # dropna=False: an option set for some runs and not others varies (pandas 3 keeps NaN as NaN in text)
+        if (text.groupby(runs[by].astype(str)).nunique(dropna=False) > 1).any():
             cols.append(c)
     return cols
 

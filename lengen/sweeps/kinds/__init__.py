@@ -1,5 +1,6 @@
-"""What a sweep runs, by its file's `command:`: `train` (CHE runs, `lengen train` options) or `lm`
-(language models, `lengen lm train` options plus an `eval:` section of `lengen lm eval` options).
+"""What a sweep runs, by its file's `command:`: `train` (CHE runs, `lengen train` options), `lm`
+(language models, `lengen lm train` options plus an `eval:` section of `lengen lm eval` options) or
+`mlm` (masked LMs, `lengen mlm train` options plus an `eval:` section of `lengen mlm eval` options).
 A kind knows its options, how a grid point becomes a config and is checked, how one run is
 executed, when it is done and how its results tables are written. Adding a kind is one module and
 one line here."""
@@ -9,8 +10,9 @@ from __future__ import annotations
 from lengen.sweeps.kinds.base import SweepKind
 from lengen.sweeps.kinds.che import CHE
 from lengen.sweeps.kinds.lm import LM
+from lengen.sweeps.kinds.mlm import MLM
 
-KINDS: dict[str, SweepKind] = {CHE.name: CHE, LM.name: LM}
+KINDS: dict[str, SweepKind] = {CHE.name: CHE, LM.name: LM, MLM.name: MLM}
 
 
 def get_kind(command) -> SweepKind | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -78,3 +79,11 @@ class SweepKind:
         (train_seconds and eval_seconds among them), and its rows of the long table less the
         run_id. OSError or ValueError when a file it reads is missing or not whole."""
         raise NotImplementedError
+
+
+def hashed_done_file(evaluation: dict | None) -> str:
+    """`sweep-eval-<hash>.json`, `<hash>` that of a sweep's `eval:` section: the done file of a kind
+    whose evaluation is not part of a run's id, so an edited section re-evaluates trained runs
+    without retraining them."""
+    blob = json.dumps(evaluation or {}, sort_keys=True, separators=(",", ":"))
+    return f"sweep-eval-{hashlib.sha256(blob.encode()).hexdigest()[:8]}.json"

@@ -14,8 +14,6 @@ re-evaluates the trained runs (the done file's name hashes the section) without 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import time
 import typing
 
@@ -37,7 +35,7 @@ from lengen.lm.train import train_lm
 from lengen.options import coerce_value
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY, check_protocol_options
-from lengen.sweeps.kinds.base import SweepKind
+from lengen.sweeps.kinds.base import SweepKind, hashed_done_file
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
 EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "tasks", "max_new_tokens",
@@ -140,8 +138,7 @@ class LMKind(SweepKind):
         load_corpus(cfg.corpus, cfg.val_fraction)  # a missing corpus fails now (then it is cached)
 
     def done_file(self, evaluation) -> str:
-        blob = json.dumps(evaluation or {}, sort_keys=True, separators=(",", ":"))
-        return f"sweep-eval-{hashlib.sha256(blob.encode()).hexdigest()[:8]}.json"
+        return hashed_done_file(evaluation)
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
         if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
