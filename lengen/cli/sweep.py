@@ -79,9 +79,9 @@ def add_parser(sub) -> None:
     r.add_argument("--group-size", type=int, metavar="G",
                    help="train up to G runs that differ only in seed, lr, grad clip, dropout or evaluation "
                    "settings together, one set of kernels for all (lengen.training.group; each keeps its own "
-                   "run directory). With dropout 0 a grouped run equals the same run alone up to float "
-                   "rounding; with dropout (the model's default is 0.1) its masks are other draws, so its "
-                   "numbers differ from a solo run's. Default 1 (every run alone). Measured on a 2-core CPU "
+                   "run directory). On the CPU a grouped run equals the same run alone up to float rounding, "
+                   "dropout included (each member draws its own masks); on CUDA its dropout masks are other "
+                   "draws, so there its numbers differ as another seed's would. Default 1 (every run alone). Measured on a 2-core CPU "
                    "(docs/performance.md): a group of 8 paper-sized models trains at 0.73-0.93x the speed of "
                    "the 8 one after another; tiny models gain 1.8-3.7x (groups of 8-128). GPUs are not "
                    "measured yet")
