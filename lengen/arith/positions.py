@@ -1,0 +1,69 @@
+"""Where the arithmetic tasks' positions come from: `standard` (0..T-1) or `coupled` (Cho et al.
+2024, arXiv 2405.20671: tokens of equal significance share an id). They are data, as every
+lengen position (docs/design.md): the model's positional encoding (lengen.encodings) reads
+whatever tensor these give, so coupling combines with the learned table (the paper's), RoPE,
+FIRE and the rest. Unlike lengen.positions' samplers they read the sequence itself (each token's
+significance, lengen.arith.formats), which is why they live with the tasks. Adding one: a class
+here and one `ARITH_POSITIONS.add` line."""
+
+from __future__ import annotations
+
+import torch
+
+from lengen.arith.vocab import OPERATOR
+from lengen.errors import LengenError
+from lengen.registry import Registry
+
+
+class StandardIds:
+    """0, 1, ..., T-1, shared by the batch."""
+
+    #: whether the ids depend on what each token is worth (decoding then needs it in advance)
+    needs_significance = False
+
+    def __init__(self, max_position: int):
+        self.max_position = max_position
+
+    def __call__(self, significance: torch.Tensor, generator: torch.Generator | None = None,
+                 train: bool = False) -> torch.Tensor:
+        return torch.arange(significance.shape[-1], device=significance.device)[None]
+
+    def largest(self, tokens: int, answer_digits: int) -> int:
+        """The largest id of a sequence of `tokens` tokens whose answer has `answer_digits` digits."""
+        return tokens - 1
+
+
+class CoupledIds:
+    """A digit worth 10^t gets s + 1 + t (operands and answer alike), '+', '*' and '=' get s, BOS,
+    EOS and padding 0. Training draws s ~ U{1..max_pos - len(c)} per sequence (len(c): its answer's
+    digits, max_pos = max_position - 1, the table having max_position rows), evaluation uses s = 1.
+    57+68 in Cho et al.'s format, [BOS]57+68=521[EOS] -> [0,3,2,1,3,2,1,2,3,4,0]."""
+
+    needs_significance = True
+
+    def __init__(self, max_position: int):
+        self.max_position = max_position
+
+    def __call__(self, significance: torch.Tensor, generator: torch.Generator | None = None,
+                 train: bool = False) -> torch.Tensor:
+        B = significance.shape[0]
+        s = torch.ones(B, 1, dtype=torch.long)
+        if train:
+            # the answer is the widest number of a sequence: its digits are the largest place + 1
+            answer_digits = significance.max(dim=-1, keepdim=True).values.cpu() + 1
+            top = self.max_position - 1 - answer_digits                      # s's largest value
+            if int(top.min()) < 1:
+                raise LengenError(f"coupled positions: an answer of {int(answer_digits.max())} digits needs "
+                                  f"max-position >= {int(answer_digits.max()) + 2}")
+            s = 1 + (torch.rand(B, 1, generator=generator) * top).long()     # U{1..top}
+        s = s.to(significance.device)
+        return torch.where(significance >= 0, s + 1 + significance,
+                           torch.where(significance == OPERATOR, s, torch.zeros_like(significance)))
+
+    def largest(self, tokens: int, answer_digits: int) -> int:
+        return 1 + answer_digits  # s = 1 at evaluation
+
+
+ARITH_POSITIONS: Registry[type] = Registry("arithmetic position source")
+ARITH_POSITIONS.add("standard", StandardIds)
+ARITH_POSITIONS.add("coupled", CoupledIds)
