@@ -42,6 +42,10 @@ class ArithTask(abc.ABC):
     def compute(self, operands: tuple[int, ...]) -> int:
         """The answer."""
 
+    def in_training(self, cell: tuple[int, int], train_digits: int) -> bool:
+        """Whether training draws problems of this cell (in distribution)."""
+        return max(cell) <= train_digits
+
     def length_of(self, cell: tuple[int, int]) -> int | None:
         """The length a cell counts for in accuracy against length (None: none)."""
         return cell[0]

@@ -30,6 +30,9 @@ class MultiAddition(ArithTask):
         digits[int(rng.integers(0, count))] = longest  # so the longest has exactly the cell's length
         return digits
 
+    def in_training(self, cell, train_digits):
+        return cell[0] <= train_digits
+
     def operand_digits_of_widest(self, cell):
         return [cell[0]] * cell[1]
 

@@ -14,7 +14,7 @@ from lengen.environment import one_line
 from lengen.errors import LengenError
 
 # module names under lengen.cli, in the order `lengen --help` lists them
-COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "hf", "env"]
+COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "arith", "hf", "env"]
 
 EPILOG = """examples:
   lengen demo                                  # the README demo: rope vs randomized rope
