@@ -2,7 +2,7 @@
 every planned run and its results, through the sweep's results writer), then the kind's report
 writes its tables, figures and index.html (REPORTS, by the sweep file's `command:`): the seed
 paper's for CHE sweeps (lengen.reports.che), the FIRE paper's for language models
-(lengen.reports.lm), Su's MLM table for masked LMs (lengen.reports.mlm)."""
+(lengen.reports.lm), Su's MLM table for masked LMs (lengen.reports.mlm), the arithmetic heat maps (lengen.reports.arith)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lengen.reports import che, lm, mlm
+from lengen.reports import arith, che, lm, mlm
 from lengen.reports.load import SweepData, load_sweep
+from lengen.sweeps.kinds.arith import ARITH
 from lengen.sweeps.kinds.che import CHE
 from lengen.sweeps.kinds.lm import LM
 from lengen.sweeps.kinds.mlm import MLM
@@ -28,7 +29,8 @@ class KindReport:
 #: the report of each sweep kind (lengen.sweeps.kinds), by the kind's name
 REPORTS: dict[str, KindReport] = {CHE.name: KindReport(che.build, che.summary),
                                   LM.name: KindReport(lm.build, lm.summary),
-                                  MLM.name: KindReport(mlm.build, mlm.summary)}
+                                  MLM.name: KindReport(mlm.build, mlm.summary),
+                                  ARITH.name: KindReport(arith.build, arith.summary)}
 
 
 def build_report(sweep_path, out) -> dict:
