@@ -38,6 +38,13 @@ def heatmap_figure(cells: dict, axes: tuple[str, str], train_digits: int, title:
     return fig
 
 
+def close(fig) -> None:
+    """Free a figure once it is saved (a report draws one per variant)."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
 def length_figure(curves: dict, train_digits: int, title: str, xlabel: str = "digits"):
     """curves {label: (lengths, mean %, low %, high %)} -> accuracy against length, the t interval
     shaded where there is one."""

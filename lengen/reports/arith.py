@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from lengen import io
-from lengen.arith.plots import heatmap_figure, length_figure
+from lengen.arith.plots import close, heatmap_figure, length_figure
 from lengen.reports import page
 from lengen.reports.load import SweepData
 from lengen.reports.stats import summarize
@@ -112,13 +112,16 @@ def build(data: SweepData, out: Path) -> dict:
         fig = heatmap_figure({(int(r["length"]), int(r["j"])): r["mean"] / 100 for _, r in group.iterrows()}, axes,
                              train_digits, f"{data.name}: {variant} (mean over {int(group['n'].max())} seeds)")
         io.save_figure(out / name, fig)
+        close(fig)
         figures.append((variant, name))
     curve = None
     if len(by_length):
         curves = {v: (g["length"].to_numpy(), g["mean"].to_numpy(), g["low"].to_numpy(), g["high"].to_numpy())
                   for v, g in by_length.groupby("variant", sort=False)}
         curve = "accuracy_vs_length.png"
-        io.save_figure(out / curve, length_figure(curves, train_digits, f"{data.name}: exact match against length"))
+        fig = length_figure(curves, train_digits, f"{data.name}: exact match against length")
+        io.save_figure(out / curve, fig)
+        close(fig)
     io.write_text(out / "index.html", _html(data, md, figures, curve, len(finished), len(runs), out))
     return {"out": out, "done": len(finished), "planned": len(runs), "markdown": md, "table": table,
             "by_length": by_length, "cells": cells, "figures": [f for _, f in figures], "curve": curve}
