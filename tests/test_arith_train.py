@@ -3,6 +3,7 @@ scored against an oracle that answers from Python's integers (and one that fails
 the positions decoding feeds, resume, and the command line's refusals."""
 
 import re
+import time
 
 import numpy as np
 import pytest
@@ -80,7 +81,9 @@ class Oracle(nn.Module):
 def test_greedy_decoding_scores_an_oracle_perfectly(fmt, positions, pe):
     cfg = ArithConfig(format=fmt, positions=positions, pe=pe, eval_samples=6, eval_batch=7)
     cfg.validate()
+    began = time.perf_counter()
     result = evaluate_model(Oracle(fmt, positions), cfg, 4, 6, 0, torch.device("cpu"))
+    assert 0 < result["eval_seconds"] <= time.perf_counter() - began + 0.001   # rounded to ms
     assert len(result["cells"]) == 16 and all(c["total"] == 6 and c["accuracy"] == 1.0 for c in result["cells"])
     assert result["accuracy_by_length"] == {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}
 

@@ -54,7 +54,7 @@ def evaluate_model(model, cfg, digits: int, samples: int, seed: int, device: tor
     """The heat map up to `digits` digits of a trained model (config `cfg`): per-cell exact match,
     accuracy against length, and the in- and out-of-distribution means (cells within the training
     digits, and the rest)."""
-    start = time.perf_counter()
+    began = time.perf_counter()
     model.eval()
     task, feeder = cfg.build_task(), Feeder(cfg)
     problems = evaluation_problems(task, digits, samples, seed)
@@ -90,7 +90,7 @@ def evaluate_model(model, cfg, digits: int, samples: int, seed: int, device: tor
             "cells": [{"i": c[0], "j": c[1], **v} for c, v in by_cell.items()],
             "accuracy_by_length": {str(n): a for n, a in accuracy_by_length(by_cell, task.length_of).items()},
             "in_distribution": mean(inside), "out_of_distribution": mean(outside),
-            "accuracy": float(np.mean(correct)), "eval_seconds": round(time.perf_counter() - start, 3)}
+            "accuracy": float(np.mean(correct)), "eval_seconds": round(time.perf_counter() - began, 3)}
 
 
 def evaluate_run(run_dir, digits: int | None = None, samples: int | None = None, seed: int | None = None,
