@@ -38,7 +38,8 @@ def answer_text(operands: list[str], op: str, fmt: str) -> str:
         return str(result)
     if fmt == "reversed":
         return str(result)[::-1]
-    widest = sum(10 ** len(x) - 1 for x in operands) if op == "+" else (10 ** len(operands[0]) - 1) * (10 ** len(operands[1]) - 1)
+    digits = [len(str(v)) for v in values]   # the true digit counts, leading zeros of the padding dropped
+    widest = sum(10 ** d - 1 for d in digits) if op == "+" else (10 ** digits[0] - 1) * (10 ** digits[1] - 1)
     return str(result).zfill(len(str(widest)))[::-1]
 
 
@@ -86,6 +87,17 @@ def test_greedy_decoding_scores_an_oracle_perfectly(fmt, positions, pe):
     assert 0 < result["eval_seconds"] <= time.perf_counter() - began + 0.001   # rounded to ms
     assert len(result["cells"]) == 16 and all(c["total"] == 6 and c["accuracy"] == 1.0 for c in result["cells"])
     assert result["accuracy_by_length"] == {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}
+
+
+@pytest.mark.parametrize("fmt", ["reversed", "padded", "plain"])
+@pytest.mark.parametrize("task,options", [("multiplication", {}), ("multiplication", {"b_digits": 1}),
+                                          ("multi_addition", {"max_operands": 4})])
+def test_greedy_decoding_of_the_other_tasks(task, options, fmt):
+    cfg = ArithConfig(task=task, format=fmt, pe="abacus", eval_samples=4, **options)
+    cfg.validate()
+    result = evaluate_model(Oracle(fmt, "standard"), cfg, 3, 4, 0, torch.device("cpu"))
+    assert len(result["cells"]) == {"multiplication": 3 if options else 9, "multi_addition": 9}[task]
+    assert all(c["accuracy"] == 1.0 for c in result["cells"])
 
 
 def test_evaluation_counts_an_oracle_that_fails_on_carries():
