@@ -149,6 +149,7 @@ def test_arith_eval_repeats_the_runs_evaluation(tmp_path, capsys):
     again = json.loads((tmp_path / "e.json").read_text())
     trained = json.loads((out / "eval.json").read_text())
     assert again["cells"] == trained["cells"]
+    assert (tmp_path / "e.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -12,6 +12,7 @@ from lengen.arith.config import ArithConfig
 from lengen.arith.evaluate import evaluate_run
 from lengen.arith.formats import FORMATS
 from lengen.arith.options import ARITH_OPTIONS, arith_config_from_options
+from lengen.arith.plots import close, heatmap_figure
 from lengen.arith.positions import ARITH_POSITIONS
 from lengen.arith.train import train_arith
 from lengen.cli import corpus_lm
@@ -113,7 +114,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--test-digits", type=int, metavar="M", help="every cell up to M digits (default: the run's)")
     p.add_argument("--samples", type=int, help="problems per cell (default: the run's --eval-samples)")
     p.add_argument("--seed", type=int, help="seed of the problems (default: the run's --eval-seed)")
-    p.add_argument("--out", metavar="FILE", help="where to write the results JSON (default RUN_DIR/eval-arith-MM.json)")
+    p.add_argument("--out", metavar="FILE", help="where to write the results JSON, the heat map beside it as .png "
+                   "(default RUN_DIR/eval-arith-MM.json)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(p, "the evaluation runs")
     p.set_defaults(func=run_eval)
@@ -154,6 +156,12 @@ def run_eval(args) -> int:
     out = args.out or f"{args.run_dir}/eval-arith-{result['test_digits']:02d}.json"
     check_writable(Path(out).parent)
     io.write_json(Path(out), result)
+    figure = Path(out).with_suffix(".png")
+    fig = heatmap_figure({(c["i"], c["j"]): c["accuracy"] for c in result["cells"]}, result["cell_axes"],
+                         result["train_digits"], f"{args.run_dir}: {result['pe']} / {result['positions']}, "
+                         f"step {result['steps']}")
+    io.save_figure(figure, fig)
+    close(fig)
     print_result(result)
-    print(f"wrote {out}")
+    print(f"wrote {out} and {figure} (the heat map)")
     return 0
