@@ -194,7 +194,7 @@ def test_report_of_an_lm_sweep_averages_log_ppl_over_seeds(tmp_path, capsys):
     for (pe, method, length), group in values.groupby(["pe", "method", "length"]):
         logs = [math.log(p) for p in group["ppl"]]
         mean = sum(logs) / len(logs)
-        std = math.sqrt(sum((x - mean) ** 2 for x in logs) / len(logs))
+        std = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))   # the sample std (ddof 1)
         label = {"rope": "RoPE", "alibi": "ALiBi"}[pe] + ("" if method in ("rope", "base") else f" + {method}")
         cell = table[(table["variant"] == label) & (table["length"] == length)]
         assert len(cell) == 1 and cell["mean"].item() == pytest.approx(mean) and cell["std"].item() == pytest.approx(std)
