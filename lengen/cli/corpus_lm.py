@@ -46,21 +46,25 @@ def add_model_arguments(p, d, max_position: str):
     g.add_argument("--pe", help=f"positional encoding: any of `lengen.encodings` ({d.model.pe})")
     g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
                    help="encoding option, repeatable (e.g. base=500)")
+    add_architecture_arguments(g, d)
+    g.add_argument("--max-position", type=int, help=f"{max_position} ({d.model.max_position})")
+    return g
+
+
+def add_architecture_arguments(g, d) -> None:
+    """The model's sizes, into group `g` (`d`: a config with the defaults in `d.model`)."""
     g.add_argument("--layers", type=int, help=f"blocks ({d.model.num_layers})")
     g.add_argument("--heads", type=int, help=f"attention heads ({d.model.num_heads})")
     g.add_argument("--d-model", type=int, help=f"width ({d.model.d_model})")
     g.add_argument("--d-ff", type=int, help=f"feed-forward width ({d.model.d_ff})")
     g.add_argument("--dropout", type=float, help=f"dropout ({d.model.dropout})")
-    g.add_argument("--max-position", type=int, help=f"{max_position} ({d.model.max_position})")
-    return g
 
 
-def add_run_arguments(p, d, seeded: str, validated: str, out_default: str) -> None:
-    """The "optimisation and run" group and the device group. The help says what the seed fixes
-    (`seeded`), what the validation windows are for (`validated`) and the default --out."""
-    g = p.add_argument_group("optimisation and run")
+def add_optimisation_arguments(g, d, per_step: str, seeded: str) -> None:
+    """Steps, batch, AdamW, clipping, seed and checkpointing, into group `g`: `per_step` says what a
+    batch counts (windows, problems), `seeded` what the seed fixes."""
     g.add_argument("--steps", type=int, help=f"training steps ({d.steps})")
-    g.add_argument("--batch-size", type=int, help=f"windows per step ({d.batch_size})")
+    g.add_argument("--batch-size", type=int, help=f"{per_step} per step ({d.batch_size})")
     g.add_argument("--lr", type=float, help=f"peak AdamW learning rate ({d.lr})")
     g.add_argument("--warmup", type=int, help=f"warmup steps ({d.warmup})")
     g.add_argument("--weight-decay", type=float, help=f"AdamW weight decay ({d.weight_decay})")
@@ -68,6 +72,13 @@ def add_run_arguments(p, d, seeded: str, validated: str, out_default: str) -> No
     g.add_argument("--seed", type=int, help=f"seed of {seeded} ({d.seed})")
     g.add_argument("--checkpoint-every", type=int, metavar="K", help=f"checkpoint every K steps ({d.checkpoint_every})")
     g.add_argument("--log-every", type=int, help=f"metrics row every this many steps ({d.log_every})")
+
+
+def add_run_arguments(p, d, seeded: str, validated: str, out_default: str) -> None:
+    """The "optimisation and run" group and the device group. The help says what the seed fixes
+    (`seeded`), what the validation windows are for (`validated`) and the default --out."""
+    g = p.add_argument_group("optimisation and run")
+    add_optimisation_arguments(g, d, "windows", seeded)
     g.add_argument("--val-windows", type=int, help=f"validation windows for {validated} ({d.val_windows})")
     g.add_argument("--out", metavar="RUN_DIR", help=f"run directory (default {out_default})")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
