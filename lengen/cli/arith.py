@@ -84,7 +84,7 @@ def _add_train(sub) -> None:
                    f"rows, and coupled ids' training range ({d.model.max_position})")
     corpus_lm.add_architecture_arguments(p.add_argument_group("model"), d)
     g = p.add_argument_group("optimisation and run")
-    corpus_lm.add_optimisation_arguments(g, d, "problems, fresh each step,",
+    corpus_lm.add_optimisation_arguments(g, d, "fresh problems",
                                          "the weights, problems and offsets")
     g.add_argument("--eval-samples", type=int, help=f"problems per evaluation cell ({d.eval_samples})")
     g.add_argument("--eval-seed", type=int, help=f"seed of the evaluation problems ({d.eval_seed})")
