@@ -98,8 +98,7 @@ class Blocks:
         return "\n".join(lines) + "\n"
 
     def demo(self, folder: str) -> str:
-        runs = {p: io.read_json(self.data / "demo" / folder / f"rope-{p}" / "eval.json")
-                for p in ("standard", "randomized")}
+        runs = demo_runs(self.data, folder)
         bands = [b["lengths"] for b in runs["standard"]["bands"]]
         rows = [[band, *(f"{r['bands'][i]['accuracy']:.3f}" for r in runs.values())] for i, band in enumerate(bands)]
         n = runs["standard"]["train_length"]
@@ -115,12 +114,17 @@ class Blocks:
         return getattr(self, kind)(*rest)
 
 
+def demo_runs(data: Path, folder: str) -> dict:
+    """The committed `lengen demo` runs in docs/data/demo/<folder>: eval.json by positions."""
+    return {p: io.read_json(data / "demo" / folder / f"rope-{p}" / "eval.json") for p in ("standard", "randomized")}
+
+
 def figures(data: Path, docs: Path) -> list[Path]:
     """The figures docs show from committed results: the demo's accuracy against length (its
     2-thread runs, as `lengen demo` plots them) and each CHE study's Fig. 4 per task, as
     docs/figures/<study>_<task>.png (the study's dashes as underscores)."""
     made = []
-    runs = {p: io.read_json(data / "demo" / "threads-2" / f"rope-{p}" / "eval.json") for p in ("standard", "randomized")}
+    runs = demo_runs(data, "threads-2")
     curves = {f"rope ({p} positions)": {int(n): a for n, a in r["accuracy_by_length"].items()} for p, r in runs.items()}
     target = docs / "figures" / "bucket_sort_rope_standard_vs_randomized.png"
     plot_accuracy(curves, runs["standard"]["train_length"], target, title="bucket_sort: standard vs randomized positions")

@@ -26,24 +26,14 @@ def _csv(table: pd.DataFrame, path: Path, index_label: str = "task") -> None:
     io.write_text(path, table.to_csv(index_label=index_label, float_format="%.4g"))
 
 
-def _table4_long(mean, std, lr) -> pd.DataFrame:
-    rows = []
-    for task in mean.index:
-        for col in mean.columns:
-            if pd.notna(mean.loc[task, col]):
-                rows.append({"task": task, "variant": col, "lr": lr.loc[task, col], "mean": mean.loc[task, col],
-                             "std": std.loc[task, col]})
-    return pd.DataFrame(rows, columns=["task", "variant", "lr", "mean", "std"])
-
-
-def _stats_long(stats: dict, lr: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for task in stats["mean"].index:
-        for col in stats["mean"].columns:
-            if pd.notna(stats["mean"].loc[task, col]):
-                rows.append({"task": task, "variant": col, "lr": lr.loc[task, col],
-                             **{k: stats[k].loc[task, col] for k in ("n", "mean", "std", "low", "high")}})
-    return pd.DataFrame(rows, columns=["task", "variant", "lr", "n", "mean", "std", "low", "high"])
+def _long(frames: dict[str, pd.DataFrame], lr: pd.DataFrame) -> pd.DataFrame:
+    """Tasks x variants frames as one long table: task, variant, lr, then one column per frame;
+    a row per cell with a mean."""
+    mean = frames["mean"]
+    rows = [{"task": task, "variant": col, "lr": lr.loc[task, col],
+             **{k: f.loc[task, col] for k, f in frames.items()}}
+            for task in mean.index for col in mean.columns if pd.notna(mean.loc[task, col])]
+    return pd.DataFrame(rows, columns=["task", "variant", "lr", *frames])
 
 
 def seeds_caption(stats: dict) -> str:
@@ -120,11 +110,11 @@ def build(data: SweepData, out: Path) -> dict:
     io.write_text(out / "table1.md", markdown(t1))
     _csv(t1, out / "table1.csv")
     io.write_text(out / "table4.md", markdown(t4_mean, std=t4_std))
-    _csv(_table4_long(t4_mean, t4_std, t4_lr), out / "table4.csv", index_label="row")
+    _csv(_long({"mean": t4_mean, "std": t4_std}, t4_lr), out / "table4.csv", index_label="row")
     stats = agg.seed_statistics(runs) if done else None
     if stats is not None:
         io.write_text(out / "seed_stats.md", stats_markdown(stats))
-        _csv(_stats_long(stats, t4_lr), out / "seed_stats.csv", index_label="row")
+        _csv(_long(stats, t4_lr), out / "seed_stats.csv", index_label="row")
     lrs = agg.by_lr(runs) if done else None
     if lrs is not None and runs["lr"].nunique() > 1:
         io.write_text(out / "table_lr.md", lr_markdown(lrs))

@@ -100,8 +100,7 @@ def export_sweep(sweep_path, out) -> dict:
                 index, spec_text, spec, runs = e_index, e_text, e_spec, e_runs
             known = {rid: (row, values.get(rid, [])) for rid, row in rows.items()}
     sweep = SweepDir(sweep_path, spec.kind.done_file(spec.evaluation))
-    writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
-    writer.known = {rid: ({c: row.get(c, "") for c in writer.columns}, vals) for rid, (row, vals) in known.items()}
+    writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation, known)
 
     out.mkdir(parents=True, exist_ok=True)
     finished = writer.write(into=out)

@@ -82,9 +82,11 @@ class ResultsWriter:
         """`known`: run id -> (row, long rows less the run_id) of runs finished elsewhere (an
         earlier export), used for runs not finished in this folder."""
         self.sweep, self.runs, self.kind, self.evaluation = sweep, runs, kind, evaluation
-        self.known = known or {}
         self.extra = varying_columns(runs, kind)
         self.columns = [*kind.leading_columns, *self.extra, *kind.trailing_columns]
+        # a row from elsewhere may lack a column this sweep has: an empty cell
+        self.known = {rid: ({c: row.get(c, "") for c in self.columns}, values)
+                      for rid, (row, values) in (known or {}).items()}
         self.by_length_columns = kind.by_length_columns(evaluation)
         self._cache: dict[str, tuple[dict, list]] = {}
 
