@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.cope import CopeEncoding
 from lengen.encodings.fire import FireEncoding, FireSharedEncoding
 from lengen.encodings.kerple import KerpleLogEncoding, KerplePowerEncoding
 from lengen.encodings.learned import LearnedEncoding
@@ -30,6 +31,7 @@ ENCODINGS.add("kerple_power", KerplePowerEncoding)
 ENCODINGS.add("sandwich", SandwichEncoding)
 ENCODINGS.add("fire", FireEncoding)
 ENCODINGS.add("fire_shared", FireSharedEncoding)
+ENCODINGS.add("cope", CopeEncoding)
 
 
 def build_encoding(cfg) -> PositionalEncoding:

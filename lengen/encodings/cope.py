@@ -1,0 +1,87 @@
+"""CoPE, Contextual Position Encoding (Golovneva et al. 2024, arXiv 2405.18719): a key's position
+is the gated count of the tokens between it and the query, with content-dependent gates.
+
+The paper's equations and the official code (facebookresearch/RAM, projects/cope,
+`context_position.py`), which this follows where the two differ:
+
+    g_ij = sigmoid(q_i . k_j / sqrt(d))              eq. 3; the code divides by sqrt(d) inside
+    p_ij = sum_{t=j..i} g_it                         eq. 4; a reverse cumsum over the keys, future
+                                                     gates zeroed by the causal mask
+    p_ij <- min(p_ij, npos - 1)                      the code's clamp (positions beyond the table)
+    z_i[t] = q_i . e[t],  t = 0..npos-1              sec. 3: logits for the integer positions
+    z_i[p] = (p - floor p) z_i[ceil p] + (1 - p + floor p) z_i[floor p]     eq. 5, on the logits
+    a_ij = softmax_j((q_i . k_j + z_i[p_ij]) / sqrt(d))                       eq. 6 and the code
+
+floor/ceil are indices (no gradient); the weight p - floor(p) carries the gradient to the gates.
+e is one [head_dim, npos] table per layer, shared by the layer's heads, zero at init (the code's
+`zeros(1, head_dim, npos)`).
+
+lengen specifics:
+  * The hook is `qk_bias`: it gets q, k and the softmax scale as the attention sees them (after
+    key norm, transform_qk and logit scaling) and returns scale * z_i[p_ij]. The gate uses the
+    same scaled logit as the softmax, scale * q.k, which is the code's q.k/sqrt(d) in the default
+    model (the code also reuses the gate logits as the attention logits); with log-n scaling or
+    key norm the gates see the scaled logit too.
+  * npos (option `npos`): default ModelConfig.train_tokens + 1, the code's block_size + 1 (a
+    count over T tokens reaches at most T); max_position when train_tokens is unknown. Only the
+    first min(npos, Tk + 1) rows are used per call, since p <= Tk.
+  * Bidirectional (encoder) attention, our choice (the paper is causal only): the gates are
+    counted from the query to the key in either direction, p_ij = sum of g_it over t between j
+    and i, both ends included (t = j..i for j <= i, t = i..j for j > i). Left and right keys at
+    the same count get the same z, so direction only comes from the content (as with symmetric
+    ALiBi); the gates alone decide what is counted.
+  * The position tensor is not read: CoPE's positions come from the content and the token order,
+    so every sampler gives the same logits (causality and "between" are by token index).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lengen.encodings.base import PositionalEncoding
+from lengen.errors import LengenError
+
+
+def cope_positions(gates: torch.Tensor, causal: bool) -> torch.Tensor:
+    """p_ij (eq. 4) from gates [..., Tq, Tk], the Tq queries being the last Tq of the Tk keys:
+    sum of g_it for t from j to i (causal: future gates zeroed), or between j and i either way."""
+    Tq, Tk = gates.shape[-2:]
+    i = torch.arange(Tk - Tq, Tk, device=gates.device)[:, None]
+    j = torch.arange(Tk, device=gates.device)[None, :]
+    past = j <= i
+    before = (gates * past).flip(-1).cumsum(-1).flip(-1)       # sum_{t=j..i} g_it for j <= i
+    if causal:
+        return before                                         # 0 for j > i (masked anyway)
+    after = (gates * (j >= i)).cumsum(-1)                     # sum_{t=i..j} g_it for j >= i
+    return torch.where(past, before, after)
+
+
+class CopeEncoding(PositionalEncoding):
+    """CoPE. Option: npos (rows of each layer's position table; default train_tokens + 1)."""
+
+    relative = True  # trivially: no position value is read (the positions are gated counts)
+
+    def __init__(self, cfg, npos: int | None = None):
+        super().__init__(cfg)
+        if npos is None:
+            npos = cfg.train_tokens + 1 if cfg.train_tokens else cfg.max_position
+        if isinstance(npos, bool) or int(npos) != npos or npos < 2:
+            raise LengenError(f"cope: npos must be an integer >= 2, got {npos!r}")
+        self.npos = int(npos)
+        self.pos_emb = nn.Parameter(torch.zeros(cfg.num_layers, cfg.head_dim, self.npos))
+
+    def qk_bias(self, layer, state, q, k, scale, causal):
+        # at least float32, also under autocast: a cumsum over hundreds of gates in bf16 loses the counts
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        with torch.autocast(q.device.type, enabled=False):
+            q, k = q.to(dtype), k.to(dtype)
+            gates = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)           # eq. 3 (code: / sqrt d)
+            p = cope_positions(gates, causal).clamp(max=self.npos - 1)         # eq. 4, the code's clamp
+            rows = min(self.npos, k.shape[-2] + 1)                             # p <= Tk: rows beyond unused
+            z = q @ self.pos_emb[layer, :, :rows].to(dtype)                    # z_i[t] = q_i . e[t]
+            lo = p.detach().floor()
+            hi = p.detach().ceil()
+            w = p - lo                                                         # differentiable weight
+            zp = z.gather(-1, hi.long()) * w + z.gather(-1, lo.long()) * (1 - w)  # eq. 5
+            return zp * scale                                                  # eq. 6: (q.k + z)/sqrt(d)
