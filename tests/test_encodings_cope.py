@@ -15,6 +15,7 @@ from lengen.lm.model import DecoderLM
 from lengen.models import CHEModel, ModelConfig
 from lengen.models.attention import AttentionContext, SelfAttention
 from lengen.positions import build_sampler
+from lengen.reports.lm_aggregate import encoding_label, variant_label
 
 
 def cfg(**kw):
@@ -200,3 +201,8 @@ def test_refusals():
     with pytest.raises(LengenError, match="RoPE"):
         resolve_methods(["yarn:factor=2"], model)
     assert [m.label for m in resolve_methods(["rope"], model)] == ["base"]
+
+
+def test_report_label():
+    assert encoding_label("cope") == "CoPE"
+    assert variant_label("cope", "base") == "CoPE"

@@ -35,7 +35,7 @@ from lengen.reports.stats import summarize
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
              "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
              "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
-             "sandwich": "Sandwich"}
+             "sandwich": "Sandwich", "cope": "CoPE"}
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
