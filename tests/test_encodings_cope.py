@@ -206,3 +206,24 @@ def test_refusals():
 def test_report_label():
     assert encoding_label("cope") == "CoPE"
     assert variant_label("cope", "base") == "CoPE"
+
+
+def test_query_blocks_without_autograd_equal_one_block(monkeypatch):
+    """Evaluation splits the queries into blocks to bound memory; each row is independent, so
+    blocks of 1, 2 and 3 rows (the last one short) give the one-block bias, causal or not."""
+    import lengen.encodings.cope as cope
+
+    for causal in (True, False):
+        c = cfg(causal=causal, pe_options={"npos": 4})
+        enc = build_encoding(c)
+        with torch.no_grad():
+            enc.pos_emb.normal_()
+        q, k, _ = (t.float() for t in inputs(c, 7, seed=2))
+        for tq in (7, 3):  # all queries, and the last 3 of 7 keys (a KV cache)
+            want = enc.qk_bias(1, None, q[..., -tq:, :], k, 0.3, causal)
+            for rows in (1, 2, 3):
+                monkeypatch.setattr(cope, "CHUNK_ELEMENTS", 2 * c.num_heads * 7 * rows)
+                with torch.no_grad():
+                    got = enc.qk_bias(1, None, q[..., -tq:, :], k, 0.3, causal)
+                torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)  # matmul blocking rounds
+                monkeypatch.setattr(cope, "CHUNK_ELEMENTS", 1 << 24)

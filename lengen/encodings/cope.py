@@ -38,16 +38,22 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch._C._functorch import is_batchedtensor
 
 from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
 
+#: elements of one [B, H, rows, Tk] block when evaluating without autograd (64 MB in float32)
+CHUNK_ELEMENTS = 1 << 24
 
-def cope_positions(gates: torch.Tensor, causal: bool) -> torch.Tensor:
-    """p_ij (eq. 4) from gates [..., Tq, Tk], the Tq queries being the last Tq of the Tk keys:
-    sum of g_it for t from j to i (causal: future gates zeroed), or between j and i either way."""
+
+def cope_positions(gates: torch.Tensor, causal: bool, first: int | None = None) -> torch.Tensor:
+    """p_ij (eq. 4) from gates [..., Tq, Tk] of the queries at token indices first..first+Tq-1
+    (default: the last Tq of the Tk keys): the sum of g_it for t from j to i (causal: future gates
+    zeroed), or between j and i either way."""
     Tq, Tk = gates.shape[-2:]
-    i = torch.arange(Tk - Tq, Tk, device=gates.device)[:, None]
+    first = Tk - Tq if first is None else first
+    i = torch.arange(first, first + Tq, device=gates.device)[:, None]
     j = torch.arange(Tk, device=gates.device)[None, :]
     past = j <= i
     before = (gates * past).flip(-1).cumsum(-1).flip(-1)       # sum_{t=j..i} g_it for j <= i
@@ -76,12 +82,25 @@ class CopeEncoding(PositionalEncoding):
         dtype = torch.promote_types(q.dtype, torch.float32)
         with torch.autocast(q.device.type, enabled=False):
             q, k = q.to(dtype), k.to(dtype)
-            gates = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)           # eq. 3 (code: / sqrt d)
-            p = cope_positions(gates, causal).clamp(max=self.npos - 1)         # eq. 4, the code's clamp
-            rows = min(self.npos, k.shape[-2] + 1)                             # p <= Tk: rows beyond unused
-            z = q @ self.pos_emb[layer, :, :rows].to(dtype)                    # z_i[t] = q_i . e[t]
-            lo = p.detach().floor()
-            hi = p.detach().ceil()
-            w = p - lo                                                         # differentiable weight
-            zp = z.gather(-1, hi.long()) * w + z.gather(-1, lo.long()) * (1 - w)  # eq. 5
-            return zp * scale                                                  # eq. 6: (q.k + z)/sqrt(d)
+            e = self.pos_emb[layer, :, :min(self.npos, k.shape[-2] + 1)].to(dtype)  # p <= Tk: rows beyond unused
+            Tq, Tk = q.shape[-2], k.shape[-2]
+            rows = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
+            if torch.is_grad_enabled() or rows >= Tq or is_batchedtensor(q):  # vmap: no in-place blocks
+                return self._bias(q, k, e, scale, causal, Tk - Tq)
+            # no autograd (evaluation): every query row is independent, so query blocks bound the
+            # temporaries (about ten of the output's size) to a few blocks; only the output is whole
+            out = torch.empty(*q.shape[:-1], Tk, dtype=dtype, device=q.device)
+            for a in range(0, Tq, rows):
+                out[..., a:a + rows, :] = self._bias(q[..., a:a + rows, :], k, e, scale, causal, Tk - Tq + a)
+            return out
+
+    def _bias(self, q, k, e, scale, causal, first):
+        """scale * z_i[p_ij] for the queries q at token indices first, first + 1, ..."""
+        gates = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)           # eq. 3 (code: / sqrt d)
+        p = cope_positions(gates, causal, first).clamp(max=self.npos - 1)  # eq. 4, the code's clamp
+        z = q @ e                                                          # z_i[t] = q_i . e[t]
+        lo = p.detach().floor()
+        hi = p.detach().ceil()
+        w = p - lo                                                         # differentiable weight
+        zp = z.gather(-1, hi.long()) * w + z.gather(-1, lo.long()) * (1 - w)  # eq. 5
+        return zp * scale                                                  # eq. 6: (q.k + z)/sqrt(d)
