@@ -43,8 +43,9 @@ from torch._C._functorch import is_batchedtensor
 from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
 
-#: elements of one [B, H, rows, Tk] block when evaluating without autograd (64 MB in float32)
-CHUNK_ELEMENTS = 1 << 24
+#: elements of one [B, H, rows, Tk] block when evaluating without autograd (4 MB in float32: on a
+#: 2-core CPU, B=4 H=8 T=1000 took 1.5 s per layer with 2^18..2^20, 7 s with 2^24 or one block)
+CHUNK_ELEMENTS = 1 << 20
 
 
 def cope_positions(gates: torch.Tensor, causal: bool, first: int | None = None) -> torch.Tensor:
@@ -102,5 +103,5 @@ class CopeEncoding(PositionalEncoding):
         lo = p.detach().floor()
         hi = p.detach().ceil()
         w = p - lo                                                         # differentiable weight
-        zp = z.gather(-1, hi.long()) * w + z.gather(-1, lo.long()) * (1 - w)  # eq. 5
+        zp = torch.lerp(z.gather(-1, lo.long()), z.gather(-1, hi.long()), w)  # eq. 5: (1-w) z[lo] + w z[hi]
         return zp * scale                                                  # eq. 6: (q.k + z)/sqrt(d)
