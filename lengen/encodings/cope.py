@@ -5,8 +5,10 @@ The paper's equations and the official code (facebookresearch/RAM, projects/cope
 `context_position.py`), which this follows where the two differ:
 
     g_ij = sigmoid(q_i . k_j / sqrt(d))              eq. 3; the code divides by sqrt(d) inside
-    p_ij = sum_{t=j..i} g_it                         eq. 4; a reverse cumsum over the keys, future
-                                                     gates zeroed by the causal mask
+    p_ij = sum_{t=j..i} g_it                         eq. 4; the code: a reverse cumsum over the keys,
+                                                     future gates zeroed; here one cumsum C_ij and
+                                                     C_ii - C_ij + g_ij (cope_positions), the same
+                                                     for every key a causal query sees
     p_ij <- min(p_ij, npos - 1)                      the code's clamp (positions beyond the table)
     z_i[t] = q_i . e[t],  t = 0..npos-1              sec. 3: logits for the integer positions
     z_i[p] = (p - floor p) z_i[ceil p] + (1 - p + floor p) z_i[floor p]     eq. 5, on the logits
@@ -48,20 +50,20 @@ from lengen.errors import LengenError
 CHUNK_ELEMENTS = 1 << 20
 
 
-def cope_positions(gates: torch.Tensor, causal: bool, first: int | None = None) -> torch.Tensor:
+def cope_positions(gates: torch.Tensor, first: int | None = None) -> torch.Tensor:
     """p_ij (eq. 4) from gates [..., Tq, Tk] of the queries at token indices first..first+Tq-1
-    (default: the last Tq of the Tk keys): the sum of g_it for t from j to i (causal: future gates
-    zeroed), or between j and i either way."""
+    (default: the last Tq of the Tk keys): the sum of g_it over t between j and i, both included.
+    With C_ij = sum_{t<=j} g_it, that is C_ii - C_ij + g_ij for j <= i and C_ij - C_ii + g_ii for
+    j >= i; each is <= 0 where the other applies, so p is their maximum: one cumsum, no masks.
+    A causal model masks j > i, so zeroing the future gates as the official code does changes
+    nothing on the keys it sees (for j <= i only gates t <= i enter)."""
     Tq, Tk = gates.shape[-2:]
     first = Tk - Tq if first is None else first
-    i = torch.arange(first, first + Tq, device=gates.device)[:, None]
-    j = torch.arange(Tk, device=gates.device)[None, :]
-    past = j <= i
-    before = (gates * past).flip(-1).cumsum(-1).flip(-1)       # sum_{t=j..i} g_it for j <= i
-    if causal:
-        return before                                         # 0 for j > i (masked anyway)
-    after = (gates * (j >= i)).cumsum(-1)                     # sum_{t=i..j} g_it for j >= i
-    return torch.where(past, before, after)
+    C = gates.cumsum(-1)
+    diag = torch.arange(first, first + Tq, device=gates.device)[:, None].expand(*gates.shape[:-1], 1)
+    C_ii = C.gather(-1, diag)                                  # [..., Tq, 1]
+    E_ii = C_ii - gates.gather(-1, diag)                       # sum_{t<i} g_it
+    return torch.maximum(C_ii - C + gates, C - E_ii)           # t = j..i for j <= i, t = i..j for j >= i
 
 
 class CopeEncoding(PositionalEncoding):
@@ -87,21 +89,22 @@ class CopeEncoding(PositionalEncoding):
             Tq, Tk = q.shape[-2], k.shape[-2]
             rows = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
             if torch.is_grad_enabled() or rows >= Tq or is_batchedtensor(q):  # vmap: no in-place blocks
-                return self._bias(q, k, e, scale, causal, Tk - Tq)
+                return self._bias(q, k, e, scale, Tk - Tq)
             # no autograd (evaluation): every query row is independent, so query blocks bound the
             # temporaries (about ten of the output's size) to a few blocks; only the output is whole
             out = torch.empty(*q.shape[:-1], Tk, dtype=dtype, device=q.device)
             for a in range(0, Tq, rows):
-                out[..., a:a + rows, :] = self._bias(q[..., a:a + rows, :], k, e, scale, causal, Tk - Tq + a)
+                out[..., a:a + rows, :] = self._bias(q[..., a:a + rows, :], k, e, scale, Tk - Tq + a)
             return out
 
-    def _bias(self, q, k, e, scale, causal, first):
+    def _bias(self, q, k, e, scale, first):
         """scale * z_i[p_ij] for the queries q at token indices first, first + 1, ..."""
-        gates = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)           # eq. 3 (code: / sqrt d)
-        p = cope_positions(gates, causal, first).clamp(max=self.npos - 1)  # eq. 4, the code's clamp
-        z = q @ e                                                          # z_i[t] = q_i . e[t]
-        lo = p.detach().floor()
-        hi = p.detach().ceil()
+        q = q * scale                      # s q: the [B, H, Tq, d] side, cheaper than scaling the logits
+        gates = torch.sigmoid(q @ k.transpose(-1, -2))                     # eq. 3 (code: / sqrt d)
+        p = cope_positions(gates, first).clamp(0, self.npos - 1)           # eq. 4, the code's clamp
+        z = q @ e                                                          # s z_i[t] = s q_i . e[t]
+        lo = p.detach().long()                                             # floor (p >= 0): no gradient
+        hi = p.detach().ceil().long()
         w = p - lo                                                         # differentiable weight
-        zp = torch.lerp(z.gather(-1, lo.long()), z.gather(-1, hi.long()), w)  # eq. 5: (1-w) z[lo] + w z[hi]
-        return zp * scale                                                  # eq. 6: (q.k + z)/sqrt(d)
+        # eq. 5, (1 - w) z[lo] + w z[hi]; with the factor s, eq. 6's z / sqrt(d) for (q.k + z) / sqrt(d)
+        return torch.lerp(z.gather(-1, lo), z.gather(-1, hi), w)
