@@ -91,17 +91,20 @@ def test_forward_and_gradient_match_the_per_pair_reference(causal, npos):
     assert e.grad.abs().sum() > 0
 
 
-def test_float32_kernel_path_and_logit_scaling_match_the_reference():
-    """float32 through the fused CPU kernel (or SDPA), with per-query log-n scaling: the gates and
-    z see the scaled logit (q is multiplied per query before the hook)."""
-    c = cfg(causal=True, logit_scale="log_n_position", train_tokens=4)
+@pytest.mark.parametrize("logit_scale,factor", [
+    ("log_n_position", lambda i: max(1.0, math.log(i + 1) / math.log(4))),  # per query: q is scaled
+    ("log_n", lambda i: math.log(9) / math.log(4)),                          # one factor on the scale
+])
+def test_float32_kernel_path_and_logit_scaling_match_the_reference(logit_scale, factor):
+    """float32 through the fused CPU kernel (or SDPA), with log-n scaling (m = 4, 9 keys): the
+    gates and z see the scaled logit."""
+    c = cfg(causal=True, logit_scale=logit_scale, train_tokens=4)
     enc = build_encoding(c)
     with torch.no_grad():
         enc.pos_emb.copy_(torch.randn(enc.pos_emb.shape, generator=torch.Generator().manual_seed(3)))
     q, k, v = inputs(c, 9, seed=1)
     got = attend(c, enc, q.float(), k.float(), v.float())
-    want = reference(q, k, v, enc.pos_emb.detach()[1].double(), enc.npos, True,
-                     factor=lambda i: max(1.0, math.log(i + 1) / math.log(4)))
+    want = reference(q, k, v, enc.pos_emb.detach()[1].double(), enc.npos, True, factor=factor)
     torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
 
 
