@@ -30,12 +30,13 @@ def attend(c, enc, q, k, v, layer=1):
     return att.attend(q, k, v, AttentionContext(enc.prepare(pos, pos), pos, pos, c.causal))
 
 
-def reference(q, k, v, e, npos, causal, factor=None):
+def reference(q, k, v, e, npos, causal, factor=None, e_right=None):
     """Per (b, h, i, j), float64 scalars: g_ij = sigmoid(s q_i.k_j) (eq. 3, the official code's
     1/sqrt(d) inside), p_ij = sum of g_it for t from j to i (eq. 4; bidirectional: t between i and
     j), clamped to npos-1, z = q_i.e[t] interpolated between floor and ceil (eq. 5, the weight
-    differentiable, the indices not), logits s (q_i.k_j + z_ij) (eq. 6), softmax, values.
-    `factor(i)`: a per-query logit-scaling factor multiplying s."""
+    differentiable, the indices not; bidirectional keys j > i read e_right), logits
+    s (q_i.k_j + z_ij) (eq. 6), softmax, values. `factor(i)`: a per-query logit-scaling factor
+    multiplying s."""
     B, H, T, d = q.shape
     out = torch.zeros(B, H, T, v.shape[-1], dtype=torch.float64)
     for b in range(B):
@@ -50,7 +51,8 @@ def reference(q, k, v, e, npos, causal, factor=None):
                     p = sum(g[t] for t in between)
                     p = torch.clamp(p, max=npos - 1)
                     lo, hi = math.floor(p.item()), math.ceil(p.item())
-                    z_lo, z_hi = torch.dot(q[b, h, i], e[:, lo]), torch.dot(q[b, h, i], e[:, hi])
+                    table = e_right if j > i else e
+                    z_lo, z_hi = torch.dot(q[b, h, i], table[:, lo]), torch.dot(q[b, h, i], table[:, hi])
                     z = (p - lo) * z_hi + (1 - (p - lo)) * z_lo
                     logits.append(s * (torch.dot(q[b, h, i], k[b, h, j]) + z))
                 a = torch.softmax(torch.stack(logits), 0)
@@ -70,25 +72,29 @@ def test_forward_and_gradient_match_the_per_pair_reference(causal, npos):
     c = cfg(causal=causal, pe_options={} if npos is None else {"npos": npos})
     enc = build_encoding(c).double()
     assert enc.npos == (7 if npos is None else 3)
+    assert (enc.pos_emb_right is None) == causal  # bidirectional: a table for keys right of the query
+    tables = [enc.pos_emb] + ([] if causal else [enc.pos_emb_right])
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        enc.pos_emb.copy_(torch.randn(enc.pos_emb.shape, generator=g, dtype=torch.float64))
+        for t in tables:
+            t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float64))
     T = 6
     q, k, v = (t.requires_grad_() for t in inputs(c, T))
     w = torch.randn(2, c.num_heads, T, c.head_dim, generator=g, dtype=torch.float64)
     got = attend(c, enc, q, k, v)
     (got * w).sum().backward()
-    mine = [t.grad.clone() for t in (q, k, v)] + [enc.pos_emb.grad[1].clone()]
+    mine = [t.grad.clone() for t in (q, k, v)] + [t.grad[1].clone() for t in tables]
     for t in (q, k, v):
         t.grad = None
-    e = enc.pos_emb.detach()[1].clone().requires_grad_()
-    want = reference(q, k, v, e, enc.npos, causal)
+    es = [t.detach()[1].clone().requires_grad_() for t in tables]
+    want = reference(q, k, v, es[0], enc.npos, causal, e_right=None if causal else es[1])
     (want * w).sum().backward()
     torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
-    for a, b in zip(mine, [q.grad, k.grad, v.grad, e.grad]):
+    for a, b in zip(mine, [q.grad, k.grad, v.grad] + [e.grad for e in es]):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
-    assert enc.pos_emb.grad[0].abs().sum() == 0  # layer 0's table is not layer 1's
-    assert e.grad.abs().sum() > 0
+    for t, e in zip(tables, es):
+        assert t.grad[0].abs().sum() == 0  # layer 0's table is not layer 1's
+        assert e.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("logit_scale,factor", [
@@ -142,18 +148,23 @@ def test_stubbed_gates_count_what_is_gated():
 
 
 def test_bidirectional_counts_from_the_query_in_both_directions():
+    """Keys left of the query (and itself) read e[t] = t, keys right of it e'[t] = -t: the bias
+    is the count, with the sign of the side."""
     c = cfg(num_heads=1, d_model=4, causal=False, pe_options={"npos": 8})
     enc = build_encoding(c)
     with torch.no_grad():
         enc.pos_emb.zero_()
         enc.pos_emb[0, 3] = torch.arange(8.0)
+        enc.pos_emb_right.zero_()
+        enc.pos_emb_right[0, 3] = -torch.arange(8.0)
     gate = [1, 0, 1, 0, 1, 1]
     q = torch.tensor([[100.0, 0, 0, 1]] * 6)[None, None]
     k = torch.tensor([[1.0 if g else -1.0, 0, 0, 0] for g in gate])[None, None]
     bias = enc.qk_bias(0, None, q, k, 1.0, False)[0, 0]
     # query 2: left keys 0, 1 count gates 0..2 and 1..2; right keys 3, 4, 5 count 2..j
-    assert torch.allclose(bias[2], torch.tensor([2.0, 1, 1, 1, 2, 3]), atol=1e-5)
-    assert torch.allclose(bias[0], torch.tensor([1.0, 1, 2, 2, 3, 4]), atol=1e-5)
+    assert torch.allclose(bias[2], torch.tensor([2.0, 1, 1, -1, -2, -3]), atol=1e-5)
+    assert torch.allclose(bias[0], torch.tensor([1.0, -1, -2, -2, -3, -4]), atol=1e-5)
+    assert torch.allclose(bias[5], torch.tensor([4.0, 3, 3, 2, 2, 1]), atol=1e-5)  # the causal row
 
 
 def test_every_other_encoding_has_no_qk_bias():
@@ -165,7 +176,8 @@ def test_positions_are_not_read():
     torch.manual_seed(0)
     model = CHEModel(cfg(max_position=64), 4, 4).eval()
     with torch.no_grad():
-        model.encoder.pe.pos_emb.normal_()
+        for t in model.encoder.pe.parameters():
+            t.normal_()
     x = torch.randint(0, 4, (3, 5))
     a = model(x, 3, torch.arange(8)[None])
     b = model(x, 3, build_sampler("randomized", max_position=64)(8, torch.Generator().manual_seed(0)))
@@ -220,7 +232,8 @@ def test_query_blocks_without_autograd_equal_one_block(monkeypatch):
         c = cfg(causal=causal, pe_options={"npos": 4})
         enc = build_encoding(c)
         with torch.no_grad():
-            enc.pos_emb.normal_()
+            for t in enc.parameters():
+                t.normal_()
         q, k, _ = (t.float() for t in inputs(c, 7, seed=2))
         for tq in (7, 3):  # all queries, and the last 3 of 7 keys (a KV cache)
             want = enc.qk_bias(1, None, q[..., -tq:, :], k, 0.3, causal)

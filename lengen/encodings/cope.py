@@ -29,9 +29,11 @@ lengen specifics:
     first min(npos, Tk + 1) rows are used per call, since p <= Tk.
   * Bidirectional (encoder) attention, our choice (the paper is causal only): the gates are
     counted from the query to the key in either direction, p_ij = sum of g_it over t between j
-    and i, both ends included (t = j..i for j <= i, t = i..j for j > i). Left and right keys at
-    the same count get the same z, so direction only comes from the content (as with symmetric
-    ALiBi); the gates alone decide what is counted.
+    and i, both ends included (t = j..i for j <= i, t = i..j for j > i), and each layer has a
+    second table e' for the keys right of the query (j > i): the count says how far, the table
+    which side. With one table a bidirectional CoPE model could not tell a sequence from its
+    reverse (the counts are symmetric); lengen's other bidirectional variants add direction the
+    same way (KERPLE's two parameter sets, FIRE's sign input, ALiBi's -0.5 for earlier keys).
   * The position tensor is not read: CoPE's positions come from the content and the token order,
     so every sampler gives the same logits (causality and "between" are by token index).
 """
@@ -67,7 +69,8 @@ def cope_positions(gates: torch.Tensor, first: int | None = None) -> torch.Tenso
 
 
 class CopeEncoding(PositionalEncoding):
-    """CoPE. Option: npos (rows of each layer's position table; default train_tokens + 1)."""
+    """CoPE. Option: npos (rows of each layer's position table; default train_tokens + 1).
+    Parameters: pos_emb [layers, head_dim, npos] (e), and pos_emb_right (e') when bidirectional."""
 
     relative = True  # trivially: no position value is read (the positions are gated counts)
 
@@ -79,32 +82,43 @@ class CopeEncoding(PositionalEncoding):
             raise LengenError(f"cope: npos must be an integer >= 2, got {npos!r}")
         self.npos = int(npos)
         self.pos_emb = nn.Parameter(torch.zeros(cfg.num_layers, cfg.head_dim, self.npos))
+        # bidirectional: e' for keys right of the query (j > i); e serves j <= i
+        self.pos_emb_right = None if cfg.causal else nn.Parameter(torch.zeros_like(self.pos_emb))
 
     def qk_bias(self, layer, state, q, k, scale, causal):
         # at least float32, also under autocast: a cumsum over hundreds of gates in bf16 loses the counts
         dtype = torch.promote_types(q.dtype, torch.float32)
         with torch.autocast(q.device.type, enabled=False):
             q, k = q.to(dtype), k.to(dtype)
-            e = self.pos_emb[layer, :, :min(self.npos, k.shape[-2] + 1)].to(dtype)  # p <= Tk: rows beyond unused
+            rows = min(self.npos, k.shape[-2] + 1)                             # p <= Tk: rows beyond unused
+            e = self.pos_emb[layer, :, :rows]
+            if self.pos_emb_right is not None:                                 # [e | e'], e' at rows..2 rows-1
+                e = torch.cat([e, self.pos_emb_right[layer, :, :rows]], dim=-1)
+            e = e.to(dtype)
             Tq, Tk = q.shape[-2], k.shape[-2]
-            rows = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
-            if torch.is_grad_enabled() or rows >= Tq or is_batchedtensor(q):  # vmap: no in-place blocks
-                return self._bias(q, k, e, scale, Tk - Tq)
+            block = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
+            if torch.is_grad_enabled() or block >= Tq or is_batchedtensor(q):  # vmap: no in-place blocks
+                return self._bias(q, k, e, rows, scale, Tk - Tq)
             # no autograd (evaluation): every query row is independent, so query blocks bound the
             # temporaries (about ten of the output's size) to a few blocks; only the output is whole
             out = torch.empty(*q.shape[:-1], Tk, dtype=dtype, device=q.device)
-            for a in range(0, Tq, rows):
-                out[..., a:a + rows, :] = self._bias(q[..., a:a + rows, :], k, e, scale, Tk - Tq + a)
+            for a in range(0, Tq, block):
+                out[..., a:a + block, :] = self._bias(q[..., a:a + block, :], k, e, rows, scale, Tk - Tq + a)
             return out
 
-    def _bias(self, q, k, e, scale, first):
-        """scale * z_i[p_ij] for the queries q at token indices first, first + 1, ..."""
+    def _bias(self, q, k, e, rows, scale, first):
+        """scale * z_i[p_ij] for the queries q at token indices first, first + 1, ...; e holds
+        `rows` rows of the table (then as many of e' for keys right of the query, bidirectional)."""
         q = q * scale                      # s q: the [B, H, Tq, d] side, cheaper than scaling the logits
         gates = torch.sigmoid(q @ k.transpose(-1, -2))                     # eq. 3 (code: / sqrt d)
         p = cope_positions(gates, first).clamp(0, self.npos - 1)           # eq. 4, the code's clamp
         z = q @ e                                                          # s z_i[t] = s q_i . e[t]
-        lo = p.detach().long()                                             # floor (p >= 0): no gradient
-        hi = p.detach().ceil().long()
-        w = p - lo                                                         # differentiable weight
+        floor = p.detach().floor()                                         # indices: no gradient
+        w = p - floor                                                      # differentiable weight
+        lo, hi = floor.long(), p.detach().ceil().long()
+        if self.pos_emb_right is not None:  # keys right of the query read e' (columns rows.. of z)
+            Tq, Tk = gates.shape[-2:]
+            right = (torch.arange(Tk, device=q.device) > torch.arange(first, first + Tq, device=q.device)[:, None])
+            lo, hi = lo + right * rows, hi + right * rows
         # eq. 5, (1 - w) z[lo] + w z[hi]; with the factor s, eq. 6's z / sqrt(d) for (q.k + z) / sqrt(d)
         return torch.lerp(z.gather(-1, lo), z.gather(-1, hi), w)
