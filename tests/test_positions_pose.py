@@ -209,10 +209,16 @@ def test_lm_train_and_eval_with_pose(tmp_path, capsys):
     ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
     assert "positions" in ckpt["rng"]            # the position stream resumes with the run
     assert json.loads((out / "eval.json").read_text())["positions"] == "pose"
-    assert main(["lm", "eval", str(out), "--lengths", "16,64", "--docs", "2", "--methods", "rope",
+    # the sampled positions reach training: the same windows and seed with standard positions
+    # end with other weights
+    assert main(["lm", "train", *TINY, "--steps", "4", "--out", str(tmp_path / "std")]) == 0
+    std = torch.load(tmp_path / "std" / "checkpoint.pt", weights_only=False)["model"]
+    assert any(not torch.equal(std[k], ckpt["model"][k]) for k in std)
+    # standard positions at every length; the training-free RoPE methods work on top
+    assert main(["lm", "eval", str(out), "--lengths", "16,64", "--docs", "2", "--methods", "rope,pi:factor=4",
                  "--no-progress"]) == 0
     rows = pd.read_csv(out / "eval-ppl" / "results.csv")
-    assert sorted(rows["length"]) == [16, 64] and rows["ppl"].notna().all()
+    assert len(rows) == 4 and set(rows["length"]) == {16, 64} and rows["ppl"].notna().all()
 
 
 def test_lm_resume_with_pose_equals_an_uninterrupted_run(tmp_path, monkeypatch):
