@@ -2,7 +2,9 @@
 training length next to a unigram baseline. The loop (AdamW, warmup + cosine schedule, gradient
 clipping, resumable checkpoints holding every random stream) is lengen.lm.loop's; this module is
 the decoder LM's part of it: next-token cross-entropy on windows drawn with the loop's numpy
-generator, and the perplexity validation.
+generator, at the training positions (cfg.positions: 0..T-1, or a sampler's such as PoSE, one
+draw per window from a torch generator saved in the checkpoint as "positions"), and the
+perplexity validation (always at 0..T-1).
 
 Device and precision (cfg.device, cfg.precision; lengen.devices): the model is built on the CPU
 (the seed gives the same initial weights everywhere) and moved; batches are sampled on the CPU and
