@@ -37,6 +37,9 @@ PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "
              "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
              "sandwich": "Sandwich"}
 
+#: training position samplers under their papers' names; any other name is shown as given
+POSITION_LABELS = {"pose": "PoSE"}
+
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
                "eval_seconds", "device", "variant", "group", "group_label", "method"}
@@ -47,6 +50,11 @@ METRICS = ("ppl", "accuracy")
 def encoding_label(pe) -> str:
     """The paper's name of an encoding (`rope` -> `RoPE`); an unknown name as given."""
     return PE_LABELS.get(str(pe), str(pe))
+
+
+def position_label(positions) -> str:
+    """The paper's name of a position sampler (`pose` -> `PoSE`); an unknown name as given."""
+    return POSITION_LABELS.get(str(positions), str(positions))
 
 
 def is_plain_method(method) -> bool:
@@ -78,13 +86,21 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def variant_label(pe, method=None, options: dict | None = None) -> str:
-    """`RoPE`, `RoPE + pi:factor=8`, `FIRE, lr=0.001`: the encoding's name, the method unless it is
-    plain evaluation, then the options (NaN ones left out)."""
-    label = encoding_label(pe)
+def variant_label(pe, method=None, options: dict | None = None, labels: dict | None = None) -> str:
+    """`RoPE`, `RoPE + pi:factor=8`, `FIRE, lr=0.001`, `RoPE, PoSE`: the encoding's name (from
+    `labels`, default PE_LABELS), the method unless it is plain evaluation, then the options (NaN
+    ones left out; a varying training sampler by its name alone, none for standard positions)."""
+    label = (PE_LABELS if labels is None else labels).get(str(pe), str(pe))
     if not is_plain_method(method):
         label += f" + {method}"
-    extra = [f"{k}={_fmt(v)}" for k, v in (options or {}).items() if not (np.ndim(v) == 0 and pd.isna(v))]
+    extra = []
+    for k, v in (options or {}).items():
+        if np.ndim(v) == 0 and pd.isna(v):
+            continue
+        if k == "positions":
+            extra += [] if str(v) == "standard" else [position_label(v)]
+        else:
+            extra.append(f"{k}={_fmt(v)}")
     return ", ".join([label, *extra])
 
 
