@@ -6,9 +6,11 @@ from __future__ import annotations
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
 from lengen.encodings.fire import FireEncoding, FireSharedEncoding
+from lengen.encodings.fope import FopeEncoding
 from lengen.encodings.kerple import KerpleLogEncoding, KerplePowerEncoding
 from lengen.encodings.learned import LearnedEncoding
 from lengen.encodings.none import NoEncoding
+from lengen.encodings.p_rope import PRopeEncoding
 from lengen.encodings.relative import RelativeEncoding
 from lengen.encodings.rope import RopeEncoding
 from lengen.encodings.sandwich import SandwichEncoding
@@ -30,6 +32,8 @@ ENCODINGS.add("kerple_power", KerplePowerEncoding)
 ENCODINGS.add("sandwich", SandwichEncoding)
 ENCODINGS.add("fire", FireEncoding)
 ENCODINGS.add("fire_shared", FireSharedEncoding)
+ENCODINGS.add("p_rope", PRopeEncoding)
+ENCODINGS.add("fope", FopeEncoding)
 
 
 def build_encoding(cfg) -> PositionalEncoding:
