@@ -3,6 +3,8 @@ one `ENCODINGS.add` line here."""
 
 from __future__ import annotations
 
+import inspect
+
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
 from lengen.encodings.fire import FireEncoding, FireSharedEncoding
@@ -41,7 +43,9 @@ def build_encoding(cfg) -> PositionalEncoding:
     try:
         enc = cls(cfg, **cfg.pe_options)
     except TypeError as e:
-        raise LengenError(f"bad options {cfg.pe_options} for encoding {cfg.pe!r}: {e}") from None
+        valid = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "cfg")]
+        raise LengenError(f"bad options {cfg.pe_options} for encoding {cfg.pe!r}: {e} "
+                          f"(its options: {', '.join(valid) or 'none'})") from None
     enc.registry_name = cfg.pe
     return enc
 
