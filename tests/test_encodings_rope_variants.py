@@ -11,6 +11,7 @@ from lengen.encodings import build_encoding
 from lengen.errors import LengenError
 from lengen.extrapolation import build_method
 from lengen.lm.model import DecoderLM
+from lengen.cli import main
 from lengen.models import ModelConfig, Transformer
 
 
@@ -291,3 +292,18 @@ def test_fope_coefficients_travel_with_the_checkpoint():
     assert "pe.cos_coef" in a.state_dict() and "pe.sin_coef" in a.state_dict()
     b.load_state_dict(a.state_dict())
     assert torch.equal(a(x, pos), b(x, pos))
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--pe", "alibi", "--pe-option", "fraction=0.5"],
+    ["train", "--pe", "rope", "--pe-option", "fraction=0"],
+    ["train", "--pe", "fope", "--pe-option", "gain=-1"],
+    ["lm", "train", "--pe", "fope", "--pe-option", "fraction=0.25"],
+    ["mlm", "train", "--pe", "kerple_log", "--pe-option", "fraction=0.25"],
+])
+def test_cli_refuses_with_one_line_and_exit_2(argv, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*argv, "--steps", "2", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lengen: error:") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
