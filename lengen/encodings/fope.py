@@ -54,8 +54,10 @@ DEFAULT_LENGTH = 512
 
 
 def fope_frequencies(dim: int, base: float, length: float) -> torch.Tensor:
-    """The kept RoPE frequencies w_k >= 2 pi / L, float32, decreasing (K of them)."""
-    inv_freq = default_inv_freq(dim, base)
+    """The kept RoPE frequencies w_k >= 2 pi / L, float32, decreasing (K of them). On the CPU
+    whatever the default device: K is a shape (a sweep checks models on the meta device)."""
+    with torch.device("cpu"):
+        inv_freq = default_inv_freq(dim, base)
     return inv_freq[inv_freq >= 2 * math.pi / length]
 
 
