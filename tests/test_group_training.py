@@ -126,6 +126,7 @@ def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model)
 @pytest.mark.parametrize("pe,model", [
     ("rope", {}),
     ("alibi", {"causal": True, "logit_scale": "log_n"}),
+    ("fope", {}),  # fixed coefficients per member, rotation by autograd's path under vmap
 ])
 @pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's loop over CPU SDPA, expected here
 def test_group_equals_solo_through_vmapped_sdpa(tmp_path, monkeypatch, pe, model):
