@@ -3,12 +3,16 @@ one `ENCODINGS.add` line here."""
 
 from __future__ import annotations
 
+import inspect
+
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
 from lengen.encodings.fire import FireEncoding, FireSharedEncoding
+from lengen.encodings.fope import FopeEncoding
 from lengen.encodings.kerple import KerpleLogEncoding, KerplePowerEncoding
 from lengen.encodings.learned import LearnedEncoding
 from lengen.encodings.none import NoEncoding
+from lengen.encodings.p_rope import PRopeEncoding
 from lengen.encodings.relative import RelativeEncoding
 from lengen.encodings.rope import RopeEncoding
 from lengen.encodings.sandwich import SandwichEncoding
@@ -30,6 +34,8 @@ ENCODINGS.add("kerple_power", KerplePowerEncoding)
 ENCODINGS.add("sandwich", SandwichEncoding)
 ENCODINGS.add("fire", FireEncoding)
 ENCODINGS.add("fire_shared", FireSharedEncoding)
+ENCODINGS.add("p_rope", PRopeEncoding)
+ENCODINGS.add("fope", FopeEncoding)
 
 
 def build_encoding(cfg) -> PositionalEncoding:
@@ -37,7 +43,9 @@ def build_encoding(cfg) -> PositionalEncoding:
     try:
         enc = cls(cfg, **cfg.pe_options)
     except TypeError as e:
-        raise LengenError(f"bad options {cfg.pe_options} for encoding {cfg.pe!r}: {e}") from None
+        valid = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "cfg")]
+        raise LengenError(f"bad options {cfg.pe_options} for encoding {cfg.pe!r}: {e} "
+                          f"(its options: {', '.join(valid) or 'none'})") from None
     enc.registry_name = cfg.pe
     return enc
 

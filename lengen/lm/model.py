@@ -79,7 +79,8 @@ class DecoderLM(nn.Module):
         if not self.is_rope:
             return None
         pe = self.decoder.pe
-        return RopeSpec(rotary_dim=pe.rotary_dim, base=pe.base, train_length=int(self.cfg.train_tokens or 0))
+        return RopeSpec(rotary_dim=pe.rotary_dim, base=pe.base, train_length=int(self.cfg.train_tokens or 0),
+                        fraction=pe.fraction)
 
     # -- forward --------------------------------------------------------------------------------
     def new_cache(self) -> DecoderCache:

@@ -12,7 +12,7 @@ Inputs (see lengen/reports/lm.py):
 A *variant* (a row of the table, a line of the figure) is a run's encoding, the evaluation method
 when it is not plain evaluation, and every option that varies between runs of the same encoding,
 except the seed (what the cells average over). Labels follow the paper: `NoPE`, `RoPE`, `ALiBi`,
-`Kerple`, `T5's RPE`, `FIRE`, `FIRE-S`; a training-free method is appended with " + " as its spec
+`Kerple`, `T5's RPE`, `FIRE`, `FIRE-S` (and the later papers' `p-RoPE`, `FoPE`); a training-free method is appended with " + " as its spec
 (`RoPE + pi:factor=8`), other varying options with ", " (`FIRE, lr=0.001`).
 
 Cells: mean, sample std (ddof 1) and 95% t interval (lengen.reports.stats) over seeds of the log
@@ -35,7 +35,7 @@ from lengen.reports.stats import summarize
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
              "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
              "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
-             "sandwich": "Sandwich"}
+             "sandwich": "Sandwich", "p_rope": "p-RoPE", "fope": "FoPE"}
 
 #: training position samplers under their papers' names; any other name is shown as given
 POSITION_LABELS = {"pose": "PoSE"}
