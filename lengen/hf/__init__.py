@@ -9,5 +9,6 @@ See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES
 from lengen.hf.patch import extend, extension_of, restore
+from lengen.hf.tuning import TuneSettings, tune
 
-__all__ = ["extend", "restore", "extension_of", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]
