@@ -68,7 +68,7 @@ class TuneSettings:
     precision: str = "fp32"
 
     def segment_tokens(self) -> int:
-        return self.segment or max(1, self.length // 2)
+        return max(1, self.length // 2) if self.segment is None else self.segment
 
     def eval_settings(self) -> EvalSettings:
         return EvalSettings(self.model_path, ["rope"], [self.length], protocol="last-segment",
