@@ -130,6 +130,11 @@ def test_an_interrupted_search_resumed_with_more_budget_scores_each_sequence_onc
 
     first = search([factor_space()], timed, n_items=2, budget_s=3, clock=clock, cache=cache)
     assert first.out_of_budget and first.calls == 3
+    # the same budget again: the cached sequences' seconds are spent already, nothing is scored
+    same = search([factor_space()], timed, n_items=2, budget_s=3, clock=clock, cache=cache)
+    assert same.out_of_budget and same.calls == 0
+    assert [(t.spec, t.nll) for t in same.trials] == [(t.spec, t.nll) for t in first.trials]
+    assert sum(counts.values()) == 3
     second = search([factor_space()], timed, n_items=2, budget_s=1e9, clock=clock, cache=cache)
     assert counts == reference                                   # nothing scored twice
     assert second.best(2).spec == whole.best(2).spec

@@ -83,6 +83,7 @@ def test_reported_scores_are_last_segment_perplexity_on_the_evaluation_slice(mod
     assert not {d for s in meta["tune_slice"] for d in s["documents"]} & \
         {d for s in meta["eval_slice"] for d in s["documents"]}
     assert meta["shared_documents"] == []
+    assert meta["search_seconds"] > 0 and meta["new_evaluations"] > 0
 
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
     chosen = result["chosen"]

