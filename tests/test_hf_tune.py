@@ -4,6 +4,7 @@ the last-segment perplexity of the evaluation slice, computed again here by hand
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -206,3 +207,42 @@ def test_help_teaches_with_examples(capsys):
     for says in ("examples:", "lengen hf tune $M --gguf-file", "early stopping:", "--eval-text",
                  "evaluation slice", "tune_cache.json", "lengen.hf.tune("):
         assert says in text, says
+
+
+NEEDLE = re.compile(r"The pass key is (\d+)\. Remember it\. \1 is the pass key\.")
+
+
+@pytest.mark.parametrize("knows", ["rerope", "yarn"])
+def test_passkey_chooses_the_method_that_retrieves_and_reports_on_other_prompts(model_dir, tmp_path, monkeypatch,
+                                                                               knows):
+    """A stand-in decoder answers the key only when the model is extended with a `knows` method:
+    that method's best setting must be chosen whatever the perplexities say."""
+    import lengen.hf.tuning as tuning
+    from lengen.hf import extension_of
+
+    keys = {}
+
+    def greedy_fn(model, pad_token_id):
+        def generate(ids, n):
+            (key,) = NEEDLE.findall("".join(CHARS[i - 2] for i in ids if i >= 2))
+            spec = extension_of(model) or "rope"
+            keys.setdefault(spec, []).append(int(key))
+            answer = key if spec.startswith(knows) else "0"
+            return ids_of(f" {answer}. The grass")[:n]
+        return generate
+
+    monkeypatch.setattr(tuning, "greedy_fn", greedy_fn)
+    out = tmp_path / "out"
+    assert main(["hf", "tune", str(model_dir / "model"), "--text", str(model_dir / "texts"), "--length", "320",
+                 "--segment", "32", "--methods", "rerope", "yarn", "--no-logn", "--no-refine", "--passkey", "3",
+                 "--out", str(out), "--no-progress"]) == 0
+    result = json.loads((out / "tune.json").read_text())
+    assert result["chosen"].startswith(knows)
+    finalists = [r for r in result["ranking"] if r["tune_passkey"] is not None]
+    assert sorted(r["method"] for r in finalists) == ["rerope", "yarn"]
+    assert all(r["tune_passkey"] == (1.0 if r["method"] == knows else 0.0) for r in finalists)
+    evaluation = {e["role"]: e for e in result["evaluation"]}
+    assert evaluation["chosen"]["eval_passkey"] == 1.0 and evaluation["rope"]["eval_passkey"] == 0.0
+    # the report's prompts (seed 1) are not the ones the choice was made on (seed 0)
+    chosen_keys = keys[result["chosen"]]
+    assert len(chosen_keys) == 6 and chosen_keys[:3] != chosen_keys[3:]

@@ -29,6 +29,9 @@ on the tune slice, the first --tune-docs sequences of --text. The chosen setting
 the evaluation slice (--eval-docs other sequences, from other documents when the text has them, or
 from --eval-text) beside plain RoPE and the method's default: the reported number is never the one
 that was minimised.
+--passkey N: after the search, each method's best setting also answers N passkey prompts (seed
+--seed) at length L; the most accurate is chosen (ties: lower perplexity), and the report adds
+passkey accuracy on N other prompts (seed --seed + 1) for it, plain RoPE and the default.
 early stopping: a setting is dropped (status "stopped") once its mean NLL over the sequences scored
 so far is worse than the best finished setting's on the same sequences by more than --margin nats.
 budget: wall-clock minutes of search; when spent, the best finished setting is chosen. Every scored
@@ -77,6 +80,11 @@ def add_tune_parser(hf_sub) -> None:
                    help=f"sequences in the evaluation slice (default {d.eval_docs})")
     t.add_argument("--margin", type=float, default=d.margin, metavar="NATS",
                    help=f"early stopping margin in nats of mean NLL (default {d.margin})")
+    t.add_argument("--passkey", type=int, default=0, metavar="N",
+                   help="also check N passkey prompts per method's best setting and choose the most "
+                   "accurate (ties: lower perplexity); reported on other prompts (default 0: off)")
+    t.add_argument("--seed", type=int, default=0, help="--passkey: the choosing prompts' seed; the report "
+                   "uses seed + 1 (default 0)")
     t.add_argument("--no-logn", action="store_true", help="do not also try each setting with +logn")
     t.add_argument("--no-refine", action="store_true", help="the coarse grid only")
     t.add_argument("--train-length", type=int, metavar="L0",
@@ -100,7 +108,7 @@ def run_tune(args) -> int:
         model_path=args.model_path, length=lengths[0], text=args.text, eval_text=args.eval_text,
         methods=[m for item in args.methods for m in split_methods(item)], budget=args.budget,
         segment=args.segment, tune_docs=args.tune_docs, eval_docs=args.eval_docs, margin=args.margin,
-        logn=not args.no_logn, refine=not args.no_refine, gguf_file=args.gguf_file, dtype=args.dtype,
+        passkey=args.passkey, seed=args.seed, logn=not args.no_logn, refine=not args.no_refine, gguf_file=args.gguf_file, dtype=args.dtype,
         attn=args.attn, train_length=args.train_length, device=args.device, precision=args.precision)
     output = tune(settings, out=args.out, progress=not args.no_progress)
     print(format_result(output))

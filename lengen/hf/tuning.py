@@ -35,11 +35,12 @@ from lengen.data import load_documents
 from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
-from lengen.hf.evaluate import EvalSettings, corpus_encoder, load, load_tokenizer, nll_fn
+from lengen.hf.evaluate import EvalSettings, corpus_encoder, greedy_fn, load, load_tokenizer, nll_fn
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
 from lengen.progress import progress_bar
-from lengen.protocols import write_csv
+from lengen.protocols import passkey_accuracy, write_csv
+from lengen.protocols.fitting import check_prompts_fit
 
 CACHE_VERSION = 1
 # what a cached NLL depends on (besides the tokens, hashed): scores are reused only if all agree
@@ -60,6 +61,8 @@ class TuneSettings:
     logn: bool = True                 # also try every setting with +logn
     margin: float = 0.5               # early stopping: nats worse than the best finished setting
     refine: bool = True
+    passkey: int = 0                  # passkey prompts per finalist (0: perplexity only)
+    seed: int = 0                     # passkey prompts: seed for choosing; seed + 1 for the report
     gguf_file: str | None = None
     dtype: str = "float32"
     attn: str = "sdpa"
@@ -90,6 +93,8 @@ class TuneSettings:
             raise LengenError("--tune-docs and --eval-docs must be >= 1")
         if not 1 <= self.segment_tokens() <= self.length:
             raise LengenError(f"--segment must be in 1..{self.length} (the length)")
+        if self.passkey < 0 or self.seed < 0:
+            raise LengenError("--passkey and --seed must be >= 0")
         if not self.margin > 0:
             raise LengenError(f"--margin must be > 0 nats, got {self.margin}")
         if self.train_length is not None and self.train_length < 2:
@@ -267,6 +272,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     segment = settings.segment_tokens()
     tokenizer = load_tokenizer(settings.eval_settings())
     tune_slice, eval_slice, slices = make_slices(settings, tokenizer)
+    if settings.passkey:   # a length no passkey prompt fits is refused before the model loads
+        check_prompts_fit("passkey", tokenizer.encode, [settings.length], (), settings.seed)
     cache = load_cache(out, cache_key(settings, L0, slices["tune_tokens"]))
     cache_path = out / "tune_cache.json"
     save = lambda *_: io.write_json(cache_path, cache)   # noqa: E731
@@ -285,6 +292,10 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
         bar.close()
     save()
     chosen = result.best(len(tune_slice))
+    passkey = {}
+    if chosen is not None and settings.passkey:
+        chosen, passkey = _passkey_choice(model, tokenizer, result, len(tune_slice), settings, L0, device,
+                                          cache, save)
     if chosen is None:
         raise LengenError(f"the budget ({settings.budget:g} min) ended before any setting was scored on "
                           f"all {len(tune_slice)} tune sequences; rerun with a larger --budget "
@@ -292,6 +303,10 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     default = spaces_for([chosen.setting.method], L0, settings.length, False)[0].defaults()[0]
     report = _evaluate(model, eval_slice, segment, L0, settings, device, cache, slices["eval_tokens"],
                        {"chosen": chosen.spec, "rope": "rope", "default": default.spec}, save, progress)
+    if settings.passkey:   # other prompts than the ones the choice was made on
+        for row in report:
+            row["eval_passkey"] = _passkey_cached(model, tokenizer, row["spec"], settings, L0, device,
+                                                  cache, settings.seed + 1, save)
     call = f'lengen.hf.extend(model, "{chosen.spec}"' + (
         f", train_length={settings.train_length})" if settings.train_length else ")")
     meta = {**asdict(settings), "train_length": L0, "segment": segment, **slices,
@@ -301,11 +316,47 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
             "search_seconds": round(sum(sum(t.seconds) for t in result.trials), 1),
             "early_stopping": f"stopped when worse than the best finished setting by > {settings.margin} nats "
                               "of mean NLL on the sequences scored so far"}
-    output = {"meta": meta, "ranking": ranking_rows(result, len(tune_slice)), "chosen": chosen.spec,
+    ranking = ranking_rows(result, len(tune_slice))
+    if settings.passkey:
+        for row in ranking:
+            row["tune_passkey"] = passkey.get(row["spec"])
+    output = {"meta": meta, "ranking": ranking, "chosen": chosen.spec,
               "tune_ppl": math.exp(chosen.mean), "evaluation": report, "call": call}
     io.write_json(out / "tune.json", output)
     write_csv(out / "tune.csv", output["ranking"])
     return output
+
+
+def _passkey_choice(model, tokenizer, result: SearchResult, n_items: int, settings: TuneSettings, L0: int,
+                    device, cache: dict, save):
+    """Optional passkey objective: each method's best finished setting (by tune perplexity) gets
+    settings.passkey prompts (seed settings.seed); the choice is the highest accuracy, ties broken by
+    tune perplexity. Returns (chosen trial, {spec: accuracy})."""
+    finalists = sorted((b for m in settings.methods if (b := result.best(n_items, m)) is not None),
+                       key=lambda t: t.mean)
+    accuracy = {t.spec: _passkey_cached(model, tokenizer, t.spec, settings, L0, device, cache, settings.seed,
+                                        save) for t in finalists}
+    return max(finalists, key=lambda t: (accuracy[t.spec], -t.mean)), accuracy
+
+
+def _passkey_cached(model, tokenizer, spec: str, settings: TuneSettings, L0: int, device, cache: dict,
+                    seed: int, save) -> float:
+    """Passkey accuracy of `spec` at settings.length on settings.passkey prompts of `seed` (cached)."""
+    scores = cache.setdefault("passkey", {}).setdefault(f"seed={seed},trials={settings.passkey}", {})
+    if spec not in scores:
+        pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+        if spec != "rope":
+            extend(model, spec, train_length=L0)
+        try:
+            with precision_context(settings.precision, device):
+                (point,) = passkey_accuracy(greedy_fn(model, pad), tokenizer.encode, tokenizer.decode,
+                                            [settings.length], settings.passkey, seed)
+        finally:
+            if spec != "rope":
+                restore(model)
+        scores[spec] = point.accuracy
+        save()
+    return scores[spec]
 
 
 def _evaluate(model, eval_slice, segment, L0, settings, device, cache, digest, specs: dict, save,
@@ -343,17 +394,21 @@ def format_result(output: dict) -> str:
     """The ranked table, the chosen setting against plain RoPE and the default on the evaluation
     slice, and the extend() call."""
     n = len(output["meta"]["tune_slice"])
-    lines = ["| rank | spec | tune ppl | sequences | status | default |", "|---|---|---|---|---|---|"]
+    pk = output["meta"]["passkey"] > 0
+    lines = ["| rank | spec | tune ppl | sequences | status | default |" + (" tune passkey |" if pk else ""),
+             "|---|---|---|---|---|---|" + ("---|" if pk else "")]
     for r in output["ranking"]:
         ppl = "" if r["tune_ppl"] is None else f"{r['tune_ppl']:.4f}"
+        acc = "" if r.get("tune_passkey") is None else f"{r['tune_passkey']:.2f}"
         lines.append(f"| {r['rank'] or ''} | {r['spec']} | {ppl} | {r['sequences']}/{n} | {r['status']} | "
-                     f"{'yes' if r['default'] else ''} |")
+                     f"{'yes' if r['default'] else ''} |" + (f" {acc} |" if pk else ""))
     meta = output["meta"]
     where = f"--eval-text {meta['eval_text']}" if meta["eval_text"] else "the same text, other sequences"
     lines += ["", f"chosen: {output['chosen']} (tune ppl {output['tune_ppl']:.4f} on {n} sequences)",
               f"evaluation slice ({len(meta['eval_slice'])} sequences, {where}; last {meta['segment']} "
               f"tokens at length {meta['length']}):"]
-    lines += [f"  {e['role']:8s} {e['spec']:40s} ppl {e['eval_ppl']:.4f}" for e in output["evaluation"]]
+    lines += [f"  {e['role']:8s} {e['spec']:40s} ppl {e['eval_ppl']:.4f}"
+              + (f"  passkey {e['eval_passkey']:.2f}" if "eval_passkey" in e else "") for e in output["evaluation"]]
     if meta["shared_documents"]:
         lines.append(f"note: the evaluation slice shares documents with the tune slice (other tokens): "
                      f"{', '.join(meta['shared_documents'])}")
