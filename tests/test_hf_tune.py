@@ -112,7 +112,8 @@ def test_reported_scores_are_last_segment_perplexity_on_the_evaluation_slice(mod
         rows = list(csv.DictReader(f))
     assert [r["spec"] for r in rows] == [r["spec"] for r in ranking]
     assert list(rows[0])[:4] == ["rank", "spec", "method", "tune_ppl"]
-    assert f'lengen.hf.extend(model, "{chosen}")' in printed and result["call"] == f'lengen.hf.extend(model, "{chosen}")'
+    call = f'lengen.hf.extend(model, "{chosen}")'
+    assert call in printed and result["call"] == call
     assert printed.splitlines()[0].replace(" ", "") == "|rank|spec|tuneppl|sequences|status|default|"
 
 
@@ -165,6 +166,9 @@ def test_eval_text_reports_on_another_source(model_dir, tmp_path):
     (["--segment", "0"], "--segment must be in 1..128"),
     (["--tune-docs", "0"], "--tune-docs and --eval-docs must be >= 1"),
     (["--methods", "dca", "dca"], "a method is given twice"),
+    (["--seed", "3"], "--seed applies to --passkey only"),
+    (["--passkey", "-1"], "--passkey and --seed must be >= 0"),
+    (["--length", "48"], "--length 48 is not beyond the trained length 64"),
 ])
 def test_bad_input_exits_2_with_one_line_before_the_model_loads(model_dir, tmp_path, capsys, monkeypatch,
                                                                 args, message):
@@ -195,7 +199,8 @@ def test_a_budget_too_small_for_one_setting_says_so(model_dir, tmp_path, capsys,
     import lengen.hf.tuning as tuning
 
     real = tuning.search
-    monkeypatch.setattr(tuning, "search", lambda spaces, objective, n, budget_s, **k: real(spaces, objective, n, 0, **k))
+    monkeypatch.setattr(tuning, "search",
+                        lambda spaces, objective, n, budget_s, **k: real(spaces, objective, n, 0, **k))
     assert main(tune_args(model_dir, tmp_path / "out")) == 2
     assert "ended before any setting was scored" in capsys.readouterr().err
 

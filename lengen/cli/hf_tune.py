@@ -83,7 +83,7 @@ def add_tune_parser(hf_sub) -> None:
     t.add_argument("--passkey", type=int, default=0, metavar="N",
                    help="also check N passkey prompts per method's best setting and choose the most "
                    "accurate (ties: lower perplexity); reported on other prompts (default 0: off)")
-    t.add_argument("--seed", type=int, default=0, help="--passkey: the choosing prompts' seed; the report "
+    t.add_argument("--seed", type=int, help="--passkey: the choosing prompts' seed; the report "
                    "uses seed + 1 (default 0)")
     t.add_argument("--no-logn", action="store_true", help="do not also try each setting with +logn")
     t.add_argument("--no-refine", action="store_true", help="the coarse grid only")
@@ -104,12 +104,14 @@ def run_tune(args) -> int:
     lengths = args.length
     if len(lengths) != 1:
         raise LengenError(f"--length takes one length, got {', '.join(map(str, lengths))}")
+    if args.seed is not None and not args.passkey:
+        raise LengenError("--seed applies to --passkey only (the passkey prompts' seed)")
     settings = TuneSettings(
         model_path=args.model_path, length=lengths[0], text=args.text, eval_text=args.eval_text,
         methods=[m for item in args.methods for m in split_methods(item)], budget=args.budget,
         segment=args.segment, tune_docs=args.tune_docs, eval_docs=args.eval_docs, margin=args.margin,
-        passkey=args.passkey, seed=args.seed, logn=not args.no_logn, refine=not args.no_refine, gguf_file=args.gguf_file, dtype=args.dtype,
-        attn=args.attn, train_length=args.train_length, device=args.device, precision=args.precision)
+        passkey=args.passkey, seed=args.seed or 0, logn=not args.no_logn, refine=not args.no_refine,
+        gguf_file=args.gguf_file, dtype=args.dtype, attn=args.attn, train_length=args.train_length, device=args.device, precision=args.precision)
     output = tune(settings, out=args.out, progress=not args.no_progress)
     print(format_result(output))
     print(f"wrote {args.out}/tune.json, tune.csv, tune_cache.json")

@@ -1,9 +1,10 @@
 """Training-free context extension for Hugging Face causal LMs of the Llama family.
 
-    from lengen.hf import extend, restore
+    from lengen.hf import extend, restore, tune
     extend(model, "yarn", factor=4)        # or "dynamic", "rerope:window=512+logn", ...
     ...
     restore(model)                         # exactly the original model again
+    tune(model_path="./llama", length=16384, text="books/", budget=30)   # choose a method's options
 
 See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
