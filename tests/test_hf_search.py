@@ -198,3 +198,11 @@ def test_slices_never_share_tokens_and_share_documents_only_when_the_text_has_to
     tune, ev = split_slices(one, 2, 2)
     spans = [(p.start, p.start + len(p.tokens)) for p in tune + ev]
     assert spans == [(0, 100), (100, 200), (200, 300), (300, 400)]
+
+
+def test_refinement_of_an_ever_improving_option_stops_at_its_bound():
+    # a larger factor is always better: the search climbs outward and stops at 4 s (s = 4 here)
+    space = spaces_for(["yarn"], 64, 256, logn=False)[0]
+    result = search([space], lambda s, i: -math.log(s.get("factor")), n_items=1, budget_s=1e9)
+    assert result.best(1).setting.get("factor") <= 16 and not result.out_of_budget
+    assert max(t.setting.get("factor") for t in result.trials) <= 16

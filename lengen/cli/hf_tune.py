@@ -22,7 +22,8 @@ with +logn unless --no-logn; each method's documented default is always tried fi
                                                           (default window=L0/4, factor=16)
   yarn ntk dynamic pi   factor in s, 1.5s, 2s             (default s)
 then refinement: around each method's best, geometric midpoints between an option's value and the
-nearest values tried (one step outward at an edge), while a round improves.
+nearest values tried (one step outward at an edge), while a round improves; options stay in range
+(windows < L0, factors in 1..4s, the capacity rules above).
 
 objective: last-segment perplexity (the final --segment targets of each sequence of L + 1 tokens)
 on the tune slice, the first --tune-docs sequences of --text. The chosen setting is then scored on

@@ -149,11 +149,12 @@ def neighbours(space: Space, best: Setting, tried: list[Setting]) -> list[Settin
 def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_items: int,
            budget_s: float, *, clock: Callable[[], float] = time.monotonic, cache: dict | None = None,
            on_score: Callable[[Trial], None] | None = None, margin: float = 0.5, refine: bool = True,
-           progress=None) -> SearchResult:
+           progress=None, max_rounds: int = 30) -> SearchResult:
     """Run the search (see the module docstring). `cache`: {spec: {"nll": [...], "stopped": bool,
     "seconds": [...]}},
     read for settings scored before and updated in place; `on_score(trial)` after every newly
-    scored sequence (to save the cache); `progress`: a tqdm-like bar (update, total, set_description)."""
+    scored sequence (to save the cache); `progress`: a tqdm-like bar (update, total, set_description);
+    `max_rounds`: refinement rounds at most."""
     cache = {} if cache is None else cache
     trials: dict[str, Trial] = {}
     start = clock()
@@ -213,7 +214,9 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
         run(setting, DEFAULT if setting in first else GRID)
     by_method = {sp.method: sp for sp in spaces}
     active = set(by_method) if refine else set()
-    while active and not state["out"]:
+    rounds_left = max_rounds   # a safety net: every option is bounded, so a round ends anyway
+    while active and not state["out"] and rounds_left > 0:
+        rounds_left -= 1
         before = {m: getattr(_best(trials, n_items, m), "spec", None) for m in active}
         rounds = {}
         for m in active:
@@ -247,10 +250,10 @@ def _pow2_from(x: float, count: int) -> list[int]:
 
 def _frequency(method: str, L0: int, L: int, logn: bool) -> Space:
     """pi / ntk / yarn / dynamic: factor s = L / L0 (the factor that maps L onto L0; HF's
-    convention and the documented default here), 1.5 s and 2 s."""
+    convention and the documented default here), 1.5 s and 2 s; refinement stays in 1..4 s."""
     s = L / L0
     return Space(method, {"factor": [s, 1.5 * s, 2 * s]}, {"factor": s},
-                 valid=lambda o: o["factor"] >= 1, logn=logn)
+                 valid=lambda o: 1 <= o["factor"] <= 4 * s, logn=logn)
 
 
 def _rerope(L0: int, L: int, logn: bool) -> Space:
@@ -265,7 +268,8 @@ def _leaky_rerope(L0: int, L: int, logn: bool) -> Space:
     factors = sorted({f for w in windows for f in _pow2_from((L - w) / (L0 - w), 3)})
     return Space("leaky_rerope", {"window": windows, "factor": factors},
                  {"window": max(1, L0 // 4), "factor": 16.0}, integer=("window",),
-                 valid=lambda o: 1 <= o["window"] < L0 and o["window"] + (L - o["window"]) / o["factor"] <= L0,
+                 valid=lambda o: 1 <= o["window"] < L0 and o["factor"] <= L
+                 and o["window"] + (L - o["window"]) / o["factor"] <= L0,
                  logn=logn)
 
 
@@ -275,7 +279,8 @@ def _self_extend(L0: int, L: int, logn: bool) -> Space:
     groups = sorted({g for w in windows for g in _pow2_from((L - w) / (L0 - w), 3)})
     return Space("self_extend", {"group": groups, "window": windows}, {"group": 8, "window": max(1, L0 // 4)},
                  integer=("group", "window"),
-                 valid=lambda o: 1 <= o["window"] < L0 and o["window"] + (L - o["window"]) / o["group"] <= L0,
+                 valid=lambda o: 1 <= o["window"] < L0 and o["group"] <= L
+                 and o["window"] + (L - o["window"]) / o["group"] <= L0,
                  logn=logn)
 
 

@@ -35,6 +35,7 @@ from lengen.data import load_documents
 from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
+from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import EvalSettings, corpus_encoder, greedy_fn, load, load_tokenizer, nll_fn
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
@@ -281,6 +282,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     started = time.time()
     model, tokenizer = load(settings.eval_settings(), tokenizer)
     model.to(device)
+    inspect_model(model)   # an unsupported model fails now, not at the first setting
     objective = ModelObjective(model, tune_slice, segment, L0, settings.precision, device)
     bar = progress_bar(0, "hf tune", disable=not progress, unit="seq")
     try:
