@@ -101,6 +101,11 @@ def test_the_budget_is_respected_with_a_fake_clock():
     result = search([factor_space(grid=(2.0, 3.0, 4.0, 5.0))], objective, n_items=2, budget_s=25,
                     clock=clock)
     assert [s.spec for s in result.not_run] == ["yarn:factor=4", "yarn:factor=5"]
+    assert [t.status(2) for t in result.trials] == ["done", "unfinished"]
+    # the budget spent exactly when a setting would start: that setting is "not run", not unfinished
+    result = search([factor_space(grid=(2.0, 3.0, 4.0))], objective, n_items=2, budget_s=20, clock=clock)
+    assert [t.spec for t in result.trials] == ["yarn:factor=2"]
+    assert [s.spec for s in result.not_run] == ["yarn:factor=3", "yarn:factor=4"]
 
 
 def test_resume_never_calls_the_objective_again_and_gives_the_same_result():

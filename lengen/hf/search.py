@@ -187,6 +187,8 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
         while len(trial.nll) < n_items and not trial.stopped:
             if elapsed() >= budget_s:
                 state["out"] = True
+                if not trial.nll:   # never started: "not run", like the rest of the grid
+                    del trials[setting.spec]
                 return
             best = min((t for t in trials.values() if t.status(n_items) == "done"), key=lambda t: t.mean,
                        default=None)

@@ -405,7 +405,8 @@ def format_result(output: dict) -> str:
         lines.append(f"| {r['rank'] or ''} | {r['spec']} | {ppl} | {r['sequences']}/{n} | {r['status']} | "
                      f"{'yes' if r['default'] else ''} |" + (f" {acc} |" if pk else ""))
     meta = output["meta"]
-    where = f"--eval-text {meta['eval_text']}" if meta["eval_text"] else "the same text, other sequences"
+    where = (f"--eval-text {meta['eval_text']}" if meta["eval_text"] else
+             "the same text, other sequences" if meta["shared_documents"] else "the same text, other documents")
     lines += ["", f"chosen: {output['chosen']} (tune ppl {output['tune_ppl']:.4f} on {n} sequences)",
               f"evaluation slice ({len(meta['eval_slice'])} sequences, {where}; last {meta['segment']} "
               f"tokens at length {meta['length']}):"]
