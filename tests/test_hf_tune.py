@@ -112,6 +112,9 @@ def test_reported_scores_are_last_segment_perplexity_on_the_evaluation_slice(mod
         rows = list(csv.DictReader(f))
     assert [r["spec"] for r in rows] == [r["spec"] for r in ranking]
     assert list(rows[0])[:4] == ["rank", "spec", "method", "tune_ppl"]
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.read_csv(out / "tune.csv")
+    assert len(frame) == len(ranking) and frame["tune_ppl"].iloc[0] == pytest.approx(ranking[0]["tune_ppl"])
     call = f'lengen.hf.extend(model, "{chosen}")'
     assert call in printed and result["call"] == call
     assert printed.splitlines()[0].replace(" ", "") == "|rank|spec|tuneppl|sequences|status|default|"
