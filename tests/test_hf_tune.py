@@ -132,12 +132,12 @@ def test_rerun_resumes_from_the_cache_and_other_settings_are_refused(model_dir, 
         raise AssertionError("a cached sequence was scored again")
 
     monkeypatch.setattr(tuning.ModelObjective, "__call__", refuse)
+    monkeypatch.setattr(tuning, "load", no_model)   # every score is cached: the model is not even loaded
     assert main(tune_args(model_dir, out, "--no-refine", "--no-logn")) == 0
     again = json.loads((out / "tune.json").read_text())
     assert again["meta"]["new_evaluations"] == 0
     assert again["ranking"] == first["ranking"] and again["evaluation"] == first["evaluation"]
     capsys.readouterr()
-    monkeypatch.setattr(tuning, "load", no_model)
     assert main(tune_args(model_dir, out, "--segment", "16")) == 2
     err = capsys.readouterr().err
     assert "holds scores of other settings (segment: 32 there, 16 now)" in err and "use another --out" in err

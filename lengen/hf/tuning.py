@@ -228,13 +228,14 @@ def load_cache(out: Path, key: dict) -> dict:
 class ModelObjective:
     """objective(setting, i) -> mean NLL of the final `segment` targets of sequences[i], the model
     extended with the setting's spec ("rope": as trained). The extension is kept between calls
-    for the same spec."""
+    for the same spec. `get_model()` gives the model, loaded on first use: a run whose scores are
+    all cached never loads it."""
 
-    def __init__(self, model, sequences: list[Piece], segment: int, train_length: int,
+    def __init__(self, get_model, sequences: list[Piece], segment: int, train_length: int,
                  precision: str, device: torch.device):
-        self.model, self.sequences, self.segment = model, sequences, segment
+        self.get_model, self.sequences, self.segment = get_model, sequences, segment
         self.train_length, self.precision, self.device = train_length, precision, device
-        self.nll = nll_fn(model)
+        self.nll = None
         self.current: str | None = None
 
     def use(self, spec: str) -> None:
@@ -242,18 +243,19 @@ class ModelObjective:
             return
         self.close()
         if spec != "rope":
-            extend(self.model, spec, train_length=self.train_length)
+            extend(self.get_model(), spec, train_length=self.train_length)
         self.current = spec
 
     def __call__(self, setting: Setting | str, i: int) -> float:
         self.use(setting if isinstance(setting, str) else setting.spec)
+        self.nll = self.nll or nll_fn(self.get_model())
         ids = torch.as_tensor(self.sequences[i].tokens)[None]
         with precision_context(self.precision, self.device):
             return float(self.nll(ids, self.segment).double().mean())
 
     def close(self) -> None:
         if self.current not in (None, "rope"):
-            restore(self.model)
+            restore(self.get_model())
         self.current = None
 
 
@@ -280,10 +282,16 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     save = lambda *_: io.write_json(cache_path, cache)   # noqa: E731
 
     started = time.time()
-    model, tokenizer = load(settings.eval_settings(), tokenizer)
-    model.to(device)
-    inspect_model(model)   # an unsupported model fails now, not at the first setting
-    objective = ModelObjective(model, tune_slice, segment, L0, settings.precision, device)
+    loaded = {}
+
+    def get_model():
+        if "model" not in loaded:   # on first use: a rerun with every score cached never loads it
+            m = load(settings.eval_settings(), tokenizer)[0].to(device)
+            inspect_model(m)        # an unsupported model fails now, not at its first setting
+            loaded["model"] = m
+        return loaded["model"]
+
+    objective = ModelObjective(get_model, tune_slice, segment, L0, settings.precision, device)
     bar = progress_bar(0, "hf tune", disable=not progress, unit="seq")
     try:
         result = search(spaces_for(settings.methods, L0, settings.length, settings.logn), objective,
@@ -296,18 +304,18 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     chosen = result.best(len(tune_slice))
     passkey = {}
     if chosen is not None and settings.passkey:
-        chosen, passkey = _passkey_choice(model, tokenizer, result, len(tune_slice), settings, L0, device,
+        chosen, passkey = _passkey_choice(get_model, tokenizer, result, len(tune_slice), settings, L0, device,
                                           cache, save)
     if chosen is None:
         raise LengenError(f"the budget ({settings.budget:g} min) ended before any setting was scored on "
                           f"all {len(tune_slice)} tune sequences; rerun with a larger --budget "
                           f"(the {cache_path} keeps what was scored)")
     default = spaces_for([chosen.setting.method], L0, settings.length, False)[0].defaults()[0]
-    report = _evaluate(model, eval_slice, segment, L0, settings, device, cache, slices["eval_tokens"],
+    report = _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, slices["eval_tokens"],
                        {"chosen": chosen.spec, "rope": "rope", "default": default.spec}, save, progress)
     if settings.passkey:   # other prompts than the ones the choice was made on
         for row in report:
-            row["eval_passkey"] = _passkey_cached(model, tokenizer, row["spec"], settings, L0, device,
+            row["eval_passkey"] = _passkey_cached(get_model, tokenizer, row["spec"], settings, L0, device,
                                                   cache, settings.seed + 1, save)
     call = f'lengen.hf.extend(model, "{chosen.spec}"' + (
         f", train_length={settings.train_length})" if settings.train_length else ")")
@@ -329,23 +337,24 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     return output
 
 
-def _passkey_choice(model, tokenizer, result: SearchResult, n_items: int, settings: TuneSettings, L0: int,
+def _passkey_choice(get_model, tokenizer, result: SearchResult, n_items: int, settings: TuneSettings, L0: int,
                     device, cache: dict, save):
     """Optional passkey objective: each method's best finished setting (by tune perplexity) gets
     settings.passkey prompts (seed settings.seed); the choice is the highest accuracy, ties broken by
     tune perplexity. Returns (chosen trial, {spec: accuracy})."""
     finalists = sorted((b for m in settings.methods if (b := result.best(n_items, m)) is not None),
                        key=lambda t: t.mean)
-    accuracy = {t.spec: _passkey_cached(model, tokenizer, t.spec, settings, L0, device, cache, settings.seed,
+    accuracy = {t.spec: _passkey_cached(get_model, tokenizer, t.spec, settings, L0, device, cache, settings.seed,
                                         save) for t in finalists}
     return max(finalists, key=lambda t: (accuracy[t.spec], -t.mean)), accuracy
 
 
-def _passkey_cached(model, tokenizer, spec: str, settings: TuneSettings, L0: int, device, cache: dict,
+def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0: int, device, cache: dict,
                     seed: int, save) -> float:
     """Passkey accuracy of `spec` at settings.length on settings.passkey prompts of `seed` (cached)."""
     scores = cache.setdefault("passkey", {}).setdefault(f"seed={seed},trials={settings.passkey}", {})
     if spec not in scores:
+        model = get_model()
         pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         if spec != "rope":
             extend(model, spec, train_length=L0)
@@ -361,11 +370,11 @@ def _passkey_cached(model, tokenizer, spec: str, settings: TuneSettings, L0: int
     return scores[spec]
 
 
-def _evaluate(model, eval_slice, segment, L0, settings, device, cache, digest, specs: dict, save,
+def _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, digest, specs: dict, save,
               progress: bool) -> list[dict]:
     """Each spec's last-segment perplexity on the evaluation slice (cached per slice digest)."""
     scores = cache["eval"].setdefault(digest, {})
-    objective = ModelObjective(model, eval_slice, segment, L0, settings.precision, device)
+    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device)
     todo = sum(len(eval_slice) - len(scores.get(s, [])) for s in dict.fromkeys(specs.values()))
     bar = progress_bar(todo, "hf tune: evaluation slice", disable=not progress or not todo, unit="seq")
     try:
