@@ -112,7 +112,8 @@ def run_tune(args) -> int:
         methods=[m for item in args.methods for m in split_methods(item)], budget=args.budget,
         segment=args.segment, tune_docs=args.tune_docs, eval_docs=args.eval_docs, margin=args.margin,
         passkey=args.passkey, seed=args.seed or 0, logn=not args.no_logn, refine=not args.no_refine,
-        gguf_file=args.gguf_file, dtype=args.dtype, attn=args.attn, train_length=args.train_length, device=args.device, precision=args.precision)
+        gguf_file=args.gguf_file, dtype=args.dtype, attn=args.attn, train_length=args.train_length,
+        device=args.device, precision=args.precision)
     output = tune(settings, out=args.out, progress=not args.no_progress)
     print(format_result(output))
     print(f"wrote {args.out}/tune.json, tune.csv, tune_cache.json")
