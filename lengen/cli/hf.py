@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lengen.cli.hf_tune import add_tune_parser
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
 from lengen.hf.evaluate import METRIC, EvalSettings, load_result, result_table, run, save_result
@@ -110,6 +111,7 @@ def add_parser(sub) -> None:
     add_device_arguments(e, "the model is moved after loading and evaluated", defaults=True,
                          precision_note="; see '--dtype and --precision' below")
     e.set_defaults(func=run_eval)
+    add_tune_parser(hf_sub)
 
 
 def run_eval(args) -> int:
