@@ -272,3 +272,51 @@ def test_refusals_name_the_layer_and_the_reason():
         extend(tiny_family("gemma2"), "rerope:window=8")
     with pytest.raises(LengenError, match="sliding layer whose window"):
         extend(tiny_family("gemma3", sliding_window=48), "rerope:window=8")
+
+
+# --- lengen hf methods -----------------------------------------------------------------------------
+
+def table_rows(text: str) -> dict[int, str]:
+    """{layer: its 'methods' cell} from the printed table."""
+    rows = {}
+    for line in text.splitlines():
+        cells = line.split(None, 5)
+        if len(cells) == 6 and cells[0].isdigit():
+            rows[int(cells[0])] = cells[5]
+    return rows
+
+
+def test_methods_command_says_which_methods_apply_where(tmp_path, capsys):
+    from lengen.cli import main
+
+    tiny_family("gemma2").config.save_pretrained(tmp_path / "gemma2")   # a config is all it reads
+    assert main(["hf", "methods", str(tmp_path / "gemma2")]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows[0] == rows[2] == "none (sliding window 8 <= L0)"
+    assert rows[1] == rows[3] == "frequency, log-n; remapping refused (soft-capping)"
+    tiny_family("smollm3").config.save_pretrained(tmp_path / "smollm3")
+    assert main(["hf", "methods", str(tmp_path / "smollm3")]) == 0
+    out = capsys.readouterr().out
+    assert table_rows(out) == {0: "all", 1: "all", 2: "all", 3: "none (NoPE)"}
+    assert "remapping (rerope, leaky_rerope, self_extend, lambda, sinks, dca, string): layers 0, 1, 2" in out
+    # a sliding window beyond --train-length: frequency methods apply there, remapping is refused
+    tiny_family("gemma3").config.save_pretrained(tmp_path / "gemma3")
+    assert main(["hf", "methods", str(tmp_path / "gemma3"), "--train-length", "4"]) == 0
+    out = capsys.readouterr().out
+    assert table_rows(out)[0] == "frequency, log-n; remapping refused (window 8 > L0)"
+    assert "sliding  8       10000" in out and "rope     -       1e+06" in out   # each layer's base
+
+
+def test_methods_command_lists_and_refuses_bad_input(capsys):
+    from lengen.cli import main
+
+    assert main(["hf", "methods", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "gemma2" in out and "llama4_text" in out and "frequency methods: pi, ntk" in out
+    for argv, message in [([], "give a MODEL or --list"), (["gemma3", "--list"], "give a MODEL or --list"),
+                          (["no-such-model-type"], "not a readable model folder"),
+                          (["gpt2"], "does not support model_type 'gpt2'"),
+                          (["llama", "--train-length", "0"], "--train-length must be >= 1")]:
+        assert main(["hf", "methods", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
+from lengen.errors import LengenError
+from lengen.hf import describe
 from lengen.hf.evaluate import METRIC, EvalSettings, load_result, result_table, run, save_result
 from lengen.io import check_writable
 from lengen.protocols.options import check_protocol_options, split_tasks, used_by
@@ -110,6 +112,28 @@ def add_parser(sub) -> None:
     add_device_arguments(e, "the model is moved after loading and evaluated", defaults=True,
                          precision_note="; see '--dtype and --precision' below")
     e.set_defaults(func=run_eval)
+    m = hf_sub.add_parser("methods", help="which methods apply to which layers of a model",
+                          description=describe.__doc__,
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="examples:\n  lengen hf methods --list\n  lengen hf methods gemma3_text\n"
+                                 "  lengen hf methods ./my-model --train-length 8192")
+    m.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a local model folder (its config.json; no weights are read) or a model_type "
+                        "(transformers' default config of that type)")
+    m.add_argument("--list", action="store_true",
+                   help="the supported model types and the methods of each kind")
+    m.add_argument("--train-length", type=int, metavar="L0",
+                   help="the model's trained context (default: max_position_embeddings)")
+    m.set_defaults(func=run_methods)
+
+
+def run_methods(args) -> int:
+    if args.list == (args.model is not None):
+        raise LengenError("lengen hf methods: give a MODEL or --list (one of them)")
+    if args.train_length is not None and args.train_length < 1:
+        raise LengenError(f"--train-length must be >= 1, got {args.train_length}")
+    print(describe.supported_list() if args.list else describe.describe_source(args.model, args.train_length))
+    return 0
 
 
 def run_eval(args) -> int:
