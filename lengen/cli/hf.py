@@ -1,5 +1,6 @@
 """`lengen hf eval`: training-free context extension of a local Hugging Face model (Llama, Mistral,
-Phi-3, Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity, passkey
+Phi-3, Qwen2/3 layout; Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE per layer, see
+`lengen hf methods`), evaluated at several lengths: perplexity, last-segment perplexity, passkey
 retrieval or RULER-style tasks, for plain RoPE and any lengen extrapolation method."""
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def add_parser(sub) -> None:
     d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
-                       "(Llama, Mistral, Phi-3, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
-                       "See `lengen hf eval --help`.")
+                       "(Llama, Mistral, Phi-3, Qwen2/3 layout; Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, "
+                       "Granite, Qwen3-MoE); from Python: lengen.hf.extend / restore. See `lengen hf "
+                       "eval --help` and `lengen hf methods --help`.")
     hf_sub = p.add_subparsers(dest="hf_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: p.print_help() or 2)
     e = hf_sub.add_parser("eval", help="evaluate methods against length on a local model",
