@@ -320,3 +320,19 @@ def test_methods_command_lists_and_refuses_bad_input(capsys):
         assert main(["hf", "methods", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_both_routes_agree(name):
+    """yarn alone runs on the rotary route where the model allows it; with a log-n part that is 1
+    at every position here (its own train_length 10^5) it runs on lengen's attention route: the
+    logits agree (Llama 4: its L2 q/k norm cancels yarn's attention factor on both)."""
+    model, ids = tiny_family(name, IMPLEMENTATIONS[name][-1]), tokens()
+    extend(model, "yarn:factor=4")
+    rotary = logits(model, ids)
+    restore(model)
+    extend(model, "yarn:factor=4+logn:train_length=100000")
+    assert route_of(model) == "attention"
+    # 1e-4: float32 rounding of rotating before / after the norm (measured 2e-5 on Llama 4; the
+    # factor left in gave 1.9)
+    torch.testing.assert_close(logits(model, ids), rotary, atol=1e-4, rtol=0)

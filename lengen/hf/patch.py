@@ -93,6 +93,11 @@ class Extension:
 
     def _attend(self, method, module, query, key, value, attention_mask, step, seq_len, scaling,
                 dropout, **kwargs):
+        if getattr(module, "qk_norm", None) is not None and scaling is not None:
+            # Llama 4 L2-normalises q and k after RoPE, which cancels an attention factor (yarn's)
+            # on the model's own (rotary) route; here q, k arrive normalised, so divide it out
+            factor = float(method.params(seq_len, query.device)[1])
+            scaling = scaling / factor ** 2
         if self.parts.layout == "interleaved":
             # pairs (2i, 2i+1) -> channels (i, i + d/2): the half-split layout the methods rotate;
             # q.k is unchanged by permuting the channels of both alike
