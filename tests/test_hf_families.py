@@ -336,3 +336,18 @@ def test_both_routes_agree(name):
     # 1e-4: float32 rounding of rotating before / after the norm (measured 2e-5 on Llama 4; the
     # factor left in gave 1.9)
     torch.testing.assert_close(logits(model, ids), rotary, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name,spec", [("gemma3", "rerope:window=8+logn"), ("gemma2", "dynamic:factor=2"),
+                                       ("smollm3", "self_extend:group=2,window=8")])
+def test_left_padded_batch_matches_each_sequence_alone(name, spec):
+    """Padding with sliding-window cache layers (their keys: the last recorded positions)."""
+    model = tiny_family(name, "eager", **({"num_hidden_layers": 2} if "dynamic" in spec else {}))
+    extend(model, spec)
+    ids = tokens(length=30)
+    mask = torch.ones_like(ids)
+    mask[1, :6] = 0
+    batch = model.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    alone = model.generate(ids[1:, 6:], max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(batch[1, 6:], alone[0])
+    check_generate_equals_full_forwards(model, ids, new_tokens=4, attention_mask=mask)
