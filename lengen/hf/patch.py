@@ -14,6 +14,11 @@ Two routes, both through transformers' own extension points (no forward is repla
     (HF's own dynamic mixes bases in its cache, transformers#25104); its cached keys and values
     of layers >= 2 still come from hidden states computed at shorter lengths, which no cache can
     avoid, so there only the first layer equals a full forward exactly.
+
+Per layer (lengen.hf.arch.Layer): a method applies to the layers `Layer.extended` names (global
+RoPE layers, windowed layers whose window exceeds L0), built from each layer's own RoPE base; a
+rotary table is rewritten only if every RoPE layer reading it is extended, else the attention
+route runs and gives each layer its LayerPlan.
 """
 
 from __future__ import annotations
@@ -126,12 +131,6 @@ def _half_split(x: torch.Tensor) -> torch.Tensor:
 
 def _row(x: torch.Tensor | None, b: int):
     return x if x is None or x.shape[0] == 1 else x[b:b + 1]
-
-
-def layer_methods(parts: ModelParts, train_length: int) -> list[str]:
-    """Per layer, what extend() does there: "method", "plain" or "own" (see LayerPlan; "own" is
-    "pass", and on the "rotary" route every non-extended layer keeps its own RoPE)."""
-    return ["method" if layer.extended(train_length) else "own" for layer in parts.layers]
 
 
 def _methods_by_table(method, options, parts, train_length, extended) -> tuple[dict, str]:
