@@ -23,10 +23,13 @@ FAMILIES = {
                                    layer_types=["sliding_attention", "full_attention"] * 2)),
     # rope, rope, rope, NoPE (no_rope_layers: 1 = uses RoPE)
     "smollm3": ("smollm3", dict(no_rope_layers=[1, 1, 1, 0], rope_theta=10000.0)),
-    # rope, rope, rope, NoPE with attention-temperature tuning; qk L2 norm on RoPE layers
+    # rope, rope, rope, NoPE with attention-temperature tuning; qk L2 norm on RoPE layers. No
+    # chunks (every layer full_attention): transformers 5.0 needs attention_chunk_size set even
+    # then (None fails inside its cache and masks), so it is given, and unused
     "llama4": ("llama4_text", dict(intermediate_size_mlp=128, num_local_experts=2,
-                                   attention_chunk_size=None, no_rope_layers=[1, 1, 1, 0],
-                                   floor_scale=4, attn_scale=0.5, rope_theta=10000.0)),
+                                   attention_chunk_size=64, layer_types=["full_attention"] * 4,
+                                   no_rope_layers=[1, 1, 1, 0], floor_scale=4, attn_scale=0.5,
+                                   rope_theta=10000.0)),
     "olmo2": ("olmo2", dict()),
     # sliding, sliding, sliding, global
     "olmo3": ("olmo3", dict(sliding_window=WINDOW)),
