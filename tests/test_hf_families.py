@@ -319,7 +319,7 @@ def test_methods_command_says_which_methods_apply_where(tmp_path, capsys):
     assert "sliding  8       10000" in out and "rope     -       1e+06" in out   # each layer's base
 
 
-def test_methods_command_lists_and_refuses_bad_input(capsys):
+def test_methods_command_lists_and_refuses_bad_input(tmp_path, capsys):
     from lengen.cli import main
 
     assert main(["hf", "methods", "--list"]) == 0
@@ -328,7 +328,9 @@ def test_methods_command_lists_and_refuses_bad_input(capsys):
     for argv, message in [([], "give a MODEL or --list"), (["gemma3", "--list"], "give a MODEL or --list"),
                           (["no-such-model-type"], "not a readable model folder"),
                           (["gpt2"], "does not support model_type 'gpt2'"),
-                          (["llama", "--train-length", "0"], "--train-length must be >= 1")]:
+                          (["llama", "--train-length", "0"], "--train-length must be >= 1"),
+                          ([str(tmp_path), "--gguf-file", "m.gguf"], "--gguf-file 'm.gguf' is not a file"),
+                          (["--list", "--gguf-file", "m.gguf"], "--gguf-file goes with a MODEL folder")]:
         assert main(["hf", "methods", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -118,10 +118,13 @@ def add_parser(sub) -> None:
                           description=describe.__doc__,
                           formatter_class=argparse.RawDescriptionHelpFormatter,
                           epilog="examples:\n  lengen hf methods --list\n  lengen hf methods gemma3_text\n"
-                                 "  lengen hf methods ./my-model --train-length 8192")
+                                 "  lengen hf methods ./my-model --train-length 8192\n"
+                                 "  lengen hf methods ./gemma --gguf-file gemma-3-270m-q4_k_m.gguf")
     m.add_argument("model", nargs="?", metavar="MODEL",
                    help="a local model folder (its config.json; no weights are read) or a model_type "
                         "(transformers' default config of that type)")
+    m.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL: its metadata gives the "
+                   "config (needs the gguf package)")
     m.add_argument("--list", action="store_true",
                    help="the supported model types and the methods of each kind")
     m.add_argument("--train-length", type=int, metavar="L0",
@@ -132,9 +135,14 @@ def add_parser(sub) -> None:
 def run_methods(args) -> int:
     if args.list == (args.model is not None):
         raise LengenError("lengen hf methods: give a MODEL or --list (one of them)")
+    if args.list and args.gguf_file:
+        raise LengenError("lengen hf methods: --gguf-file goes with a MODEL folder, not --list")
     if args.train_length is not None and args.train_length < 1:
         raise LengenError(f"--train-length must be >= 1, got {args.train_length}")
-    print(describe.supported_list() if args.list else describe.describe_source(args.model, args.train_length))
+    if args.list:
+        print(describe.supported_list())
+    else:
+        print(describe.describe_source(args.model, args.train_length, args.gguf_file))
     return 0
 
 

@@ -47,19 +47,23 @@ def layer_support(layer: Layer, train_length: int) -> dict[str, str]:
     return {"frequency": "yes", "remap": remap, "scale": "yes"}
 
 
-def load_skeleton(source: str, attn: str = "eager") -> nn.Module:
+def load_skeleton(source: str, attn: str = "eager", gguf_file: str | None = None) -> nn.Module:
     """A causal LM with the architecture of `source` (a local model folder with config.json, or a
     model_type such as gemma3 with transformers' default config; multimodal configs give their
-    text model), on the meta device."""
+    text model), on the meta device. `gguf_file`: a GGUF file in the folder, whose metadata
+    gives the config (needs the gguf package)."""
     import transformers   # optional (lengen[hf]): imported on use
 
     path = Path(source)
+    if gguf_file and not (path / gguf_file).is_file():
+        raise LengenError(f"--gguf-file {gguf_file!r} is not a file in {source}")
     try:
         if path.is_dir():
-            config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+            extra = {"gguf_file": gguf_file} if gguf_file else {}
+            config = transformers.AutoConfig.from_pretrained(path, local_files_only=True, **extra)
         else:
             config = transformers.AutoConfig.for_model(source)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, ImportError) as e:
         what = f"config ({str(e).splitlines()[0][:200]})" if path.is_dir() \
             else "folder, nor a model_type transformers knows"
         raise LengenError(f"{source!r}: not a readable model {what}; see `lengen hf methods --list`") \
@@ -101,8 +105,8 @@ def describe(parts: ModelParts, train_length: int) -> str:
     return "\n".join(lines)
 
 
-def describe_source(source: str, train_length: int | None = None) -> str:
-    parts = inspect_model(load_skeleton(source), require_attention=False)
+def describe_source(source: str, train_length: int | None = None, gguf_file: str | None = None) -> str:
+    parts = inspect_model(load_skeleton(source, gguf_file=gguf_file), require_attention=False)
     return describe(parts, int(train_length or parts.original_length or parts.max_positions))
 
 
