@@ -1,4 +1,5 @@
-"""Training-free context extension for Hugging Face causal LMs of the Llama family.
+"""Training-free context extension for Hugging Face causal LMs of the Llama family and of the
+hybrid-layer families (Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE), per layer.
 
     from lengen.hf import extend, restore, tune
     extend(model, "yarn", factor=4)        # or "dynamic", "rerope:window=512+logn", ...
