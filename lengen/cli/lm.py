@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lengen.cli import corpus_lm
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import add_device_arguments, add_logit_scale_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig, evaluate_lm
@@ -77,7 +77,7 @@ def _add_train(sub) -> None:
                                  "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
     corpus_lm.add_data_arguments(p, d)
     g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size")
-    g.add_argument("--logit-scale", help="attention logit scaling while training: none, log_n, ...")
+    add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
     corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
                                 out_default="runs/lm-PE-LTRAIN-sSEED")
     p.set_defaults(func=run_train)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
+from lengen.reports.labels import option_label
 from lengen.reports.stats import summarize
 from lengen.tasks import TASK_NAMES, get_task
 from lengen.training.config import options_not_read
@@ -69,7 +70,7 @@ def variant_label(row, columns: list[str]) -> str:
         return ", ".join([ARCHITECTURE_LABELS.get(arch, arch), *extra])
     pe, positions = row["pe"], row["positions"]
     label = f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD else f"{pe} ({positions})"
-    extra = [f"{c}={_fmt(row[c])}" for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
+    extra = [option_label(c, row[c], _fmt) for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
     return ", ".join([label, *extra])
 
 

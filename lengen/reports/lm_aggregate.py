@@ -29,24 +29,15 @@ import numpy as np
 import pandas as pd
 
 from lengen.extrapolation.compose import is_plain
+from lengen.reports.labels import encoding_label, option_label
 from lengen.reports.stats import summarize
 
-#: the encodings as the FIRE paper names them; any other name is shown as given
-PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
-             "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
-             "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
-             "sandwich": "Sandwich"}
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
                "eval_seconds", "device", "variant", "group", "group_label", "method"}
 
 METRICS = ("ppl", "accuracy")
-
-
-def encoding_label(pe) -> str:
-    """The paper's name of an encoding (`rope` -> `RoPE`); an unknown name as given."""
-    return PE_LABELS.get(str(pe), str(pe))
 
 
 def is_plain_method(method) -> bool:
@@ -84,7 +75,7 @@ def variant_label(pe, method=None, options: dict | None = None) -> str:
     label = encoding_label(pe)
     if not is_plain_method(method):
         label += f" + {method}"
-    extra = [f"{k}={_fmt(v)}" for k, v in (options or {}).items() if not (np.ndim(v) == 0 and pd.isna(v))]
+    extra = [option_label(k, v, _fmt) for k, v in (options or {}).items() if not (np.ndim(v) == 0 and pd.isna(v))]
     return ", ".join([label, *extra])
 
 
