@@ -8,7 +8,8 @@ the test positions (torch generators seeded from `seed`) depend on the seed and 
 only, so every variant and every run scores the same tokens at the same positions.
 
 log-n at test time: ModelConfig.logit_scale is read by the attention on every forward pass, so
-the evaluation sets it to "log_n" for the "+logn" variants and to "none" otherwise. The factor
+the evaluation sets it to "log_n" for the "+logn" variants and to the trained one otherwise ("none",
+or ssmax / llama4_temperature, whose runs evaluate without the log-n variants). The factor
 is log(n)/log(m) with m = ModelConfig.train_tokens = the training length (lengen.models.
 logit_scaling): exactly 1 at n = m, so at the training length both variants are identical."""
 
