@@ -238,6 +238,21 @@ def test_float_positions_are_refused_for_any_layer_that_needs_integers():
         model.pe.check_sampler(build_sampler("equal_mean", max_position=2048))
 
 
+def test_a_patterns_parameter_bounds_name_its_parameters_and_are_projected():
+    """ModelStack.project clamps `encoder.pe.<bound name>` on the stacked weights; a pattern's
+    bounds must name its encodings' parameters by their paths."""
+    model = CHEModel(cfg(pe="kerple_log", layer_pe=["kerple_log", "none"]), 4, 4)
+    params = dict(model.named_parameters())
+    bounds = model.encoder.pe.bounds
+    assert bounds and all(f"encoder.pe.{n}" in params for n in bounds)
+    with torch.no_grad():
+        for n in bounds:
+            params[f"encoder.pe.{n}"].fill_(-5.0)
+    model.encoder.pe.project()
+    for n, (lo, _) in bounds.items():
+        assert params[f"encoder.pe.{n}"].min().item() == pytest.approx(lo)  # clamped up from -5
+
+
 # -- decoder: KV cache and RoPE methods --------------------------------------------------------------
 
 def decoder(**kw):
@@ -292,23 +307,27 @@ def test_rope_methods_on_other_mixtures_are_refused():
 
 # -- training many models at once ---------------------------------------------------------------------
 
-def test_group_training_equals_solo_with_ssmax_and_a_pattern(tmp_path):
+@pytest.mark.parametrize("pe,layer_pe,scale,causal", [
+    ("rope", ["rope", "none"], "ssmax", False),               # a padded member counts its real keys
+    ("kerple_log", ["kerple_log", "none"], "llama4_temperature", True),  # bounds of a pattern's encoding
+])
+def test_group_training_equals_solo(tmp_path, pe, layer_pe, scale, causal):
+    from lengen.io import load_torch
     from lengen.training.group import train_group
     from lengen.training.loop import train
-    from lengen.io import load_torch
     cfgs = [TrainConfig(task="reverse_string", steps=20, batch_size=8, train_length=5, max_length=7,
                         eval_samples=8, lr=lr, seed=seed, checkpoint_every=10, log_every=10, device="cpu",
-                        model=ModelConfig(num_layers=2, num_heads=2, d_model=16, d_ff=32, dropout=0.0,
-                                          layer_pe=["rope", "none"], logit_scale=scale, max_position=64))
-            for (seed, lr), scale in [((0, 3e-3), "ssmax"), ((1, 1e-3), "ssmax")]]
+                        model=ModelConfig(num_layers=2, num_heads=2, d_model=16, d_ff=32, dropout=0.0, pe=pe,
+                                          layer_pe=layer_pe, logit_scale=scale, causal=causal, max_position=64))
+            for seed, lr in [(0, 3e-3), (1, 1e-3)]]
     train_group(cfgs, [tmp_path / f"g{i}" for i in range(2)], progress=False)
     for i, c in enumerate(cfgs):
         train(TrainConfig.from_dict(c.to_dict()), tmp_path / f"s{i}", progress=False)
         a = load_torch(tmp_path / f"g{i}" / "checkpoint.pt")["model"]
         b = load_torch(tmp_path / f"s{i}" / "checkpoint.pt")["model"]
         assert a.keys() == b.keys()
-        assert (a["encoder.blocks.1.attn.ssmax_s"] - cfgs[0].model.logit_scale_options.get("s_init", 1 / math.log(10))
-                ).abs().max() > 1e-4  # s moved
+        if scale == "ssmax":  # s moved away from its init 1 / log m (m = 10 tokens)
+            assert (a["encoder.blocks.1.attn.ssmax_s"] - 1 / math.log(10)).abs().max() > 1e-4
         for k in a:
             torch.testing.assert_close(a[k], b[k], atol=1e-4, rtol=0)
 
