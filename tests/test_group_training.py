@@ -112,6 +112,8 @@ def test_group_equals_solo_runs(tmp_path, pe):
     ("learned", "randomized", {}),
     ("alibi", "equal_mean", {}),
     ("fire", "equal_mean", {}),
+    ("rope", "pose", {}),
+    ("learned", "pose", {}),
     ("rope", "standard", {"logit_scale": "log_n_clipped", "key_norm": True}),
     ("alibi", "standard", {"logit_scale": "log_n"}),
     ("kerple_log", "standard", {"causal": True, "logit_scale": "log_n_position", "norm": "pre"}),

@@ -18,7 +18,7 @@ from lengen.models import CHEModel, ModelConfig, Transformer
 from lengen.models.attention import AttentionContext
 from lengen.models.logit_scaling import logit_scale_factor
 from lengen.reports import aggregate
-from lengen.reports.labels import layer_pattern_label
+from lengen.reports.lm_aggregate import layer_pattern_label
 from lengen.reports.lm_aggregate import variant_label
 from lengen.sweeps import run_id
 from lengen.training.config import TrainConfig

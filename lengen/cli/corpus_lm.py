@@ -93,7 +93,8 @@ def train_from_args(args, table: dict[str, str], config_from_options: Callable, 
     whose validation line is `validation_line.format(**record)`."""
     set_threads(args.threads)
     cfg = config_from_options(options_from_args(args, table))
-    out = args.out or run_dir.format(cfg=cfg)
+    positions = "" if getattr(cfg, "positions", "standard") == "standard" else f"-{cfg.positions}"
+    out = args.out or run_dir.format(cfg=cfg, positions=positions)
     check_writable(out)  # before the corpus is read and tokenized
     rec = train(cfg, out, progress=not args.no_progress)
     print(f"\n{rec['corpus']}")

@@ -39,9 +39,10 @@ def add_parser(sub) -> None:
     g.add_argument("--pe", help="positional encoding: none, sincos, learned, relative, alibi, rope, ... (default rope)")
     g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
                    help="encoding option, repeatable (e.g. base=500)")
-    g.add_argument("--positions", help="training position sampler: standard, randomized, ... (default standard)")
+    g.add_argument("--positions", help="training position sampler: standard, randomized, equal_mean, pose, ... "
+                   "(default standard)")
     g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
-                   help="sampler option, repeatable")
+                   help="sampler option, repeatable (e.g. pose: target=1000, chunks=2, split=half|uniform)")
     g.add_argument("--test-positions", choices=["random", "uniform", "standard"],
                    help="test-time positions (default: random for randomized training, else standard)")
     g.add_argument("--max-position", type=int, help="positions are drawn from [0, max_position) (default 2048)")

@@ -110,12 +110,21 @@ class DecoderLM(nn.Module):
         """A KV cache of un-rotated keys: decoding with it equals a full forward, every method."""
         return DecoderCache()
 
-    def forward(self, ids: torch.Tensor, cache: DecoderCache | None = None, method: Any = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, cache: DecoderCache | None = None, method: Any = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids [B, T] -> logits [B, T, vocab]. With a cache, the tokens continue the cached ones
         (positions len(cache) ...) and the cache is extended. `method`: an extrapolation
-        method (RoPE models only); None = the encoding's own hooks."""
+        method (RoPE models only); None = the encoding's own hooks. `positions` [B|1, T]: a
+        training sampler's positions (lengen.positions) instead of 0..T-1; training only, so
+        neither a cache nor a method goes with them."""
         if method is not None and not self.is_rope:
             raise LengenError(f"extrapolation methods apply to RoPE models only; this model uses {pe_description(self.cfg)}")
+        if positions is not None:
+            if cache is not None or method is not None:
+                raise LengenError("sampled positions are for training: a forward with a KV cache or an "
+                                  "extrapolation method uses the positions 0..T-1")
+            h = self.decoder(self.embed(ids) * self.embed_scale, positions.to(ids.device))
+            return self.head(h).float()
         T = ids.shape[1]
         if cache is not None and cache.stale_for(method, len(cache) + T):
             # new frequencies (dynamic NTK): the deeper layers' cached keys are stale; re-run all
