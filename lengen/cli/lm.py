@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lengen.cli import corpus_lm
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import add_device_arguments, add_logit_scale_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig, evaluate_lm
@@ -87,7 +87,7 @@ def _add_train(sub) -> None:
                    "split=half|uniform)")
     g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
                                       "default target")
-    g.add_argument("--logit-scale", help="attention logit scaling while training: none, log_n, ...")
+    add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
     corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
                                 out_default="runs/lm-PE[-POSITIONS]-LTRAIN-sSEED")
     p.set_defaults(func=run_train)

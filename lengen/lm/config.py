@@ -68,7 +68,8 @@ class LMConfig:
     #: where a run executes, not what it computes: left out of a sweep run's identity hash
     RUNTIME = ["device"]
     #: fields added after LM sweeps existed, with their defaults (lengen.sweeps.spec.run_id)
-    ADDED_FIELDS = {"positions": "standard", "position_options": {}}
+    ADDED_FIELDS = {"positions": "standard", "position_options": {}, "model.layer_pe": None,
+                    "model.logit_scale_options": {}}
 
     def __post_init__(self):
         self.model.train_tokens = self.train_length  # log-n scalings and methods read it from the model

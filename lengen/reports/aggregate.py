@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
-from lengen.reports.lm_aggregate import position_label
+from lengen.reports.lm_aggregate import option_label, position_label
 from lengen.reports.stats import summarize
 from lengen.tasks import TASK_NAMES, get_task
 from lengen.training.config import options_not_read
@@ -72,7 +72,7 @@ def variant_label(row, columns: list[str]) -> str:
     pe, positions = row["pe"], row["positions"]
     label = (f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD
              else f"{pe} ({position_label(positions)})")
-    extra = [f"{c}={_fmt(row[c])}" for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
+    extra = [option_label(c, row[c], _fmt) for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
     return ", ".join([label, *extra])
 
 

@@ -39,6 +39,8 @@ PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "
 
 #: training position samplers under their papers' names; any other name is shown as given
 POSITION_LABELS = {"pose": "PoSE"}
+#: logit scalings shown by name alone (the log-n ones keep `logit_scale=log_n`)
+LOGIT_SCALE_LABELS = {"ssmax": "SSMax", "llama4_temperature": "Llama 4 temperature"}
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
@@ -55,6 +57,33 @@ def encoding_label(pe) -> str:
 def position_label(positions) -> str:
     """The paper's name of a position sampler (`pose` -> `PoSE`); an unknown name as given."""
     return POSITION_LABELS.get(str(positions), str(positions))
+
+
+def pattern_names(value) -> list[str]:
+    """A layer_pe value as a list of names: a list, or text as results tables hold it
+    ("rope,rope,rope,none"; a list's repr "['rope', 'none']" is read too)."""
+    if isinstance(value, (list, tuple)):
+        return [str(x) for x in value]
+    text = str(value).strip().strip("[]")
+    return [x.strip().strip("'\"") for x in text.split(",") if x.strip()]
+
+
+def layer_pattern_label(value) -> str:
+    """`RoPE/NoPE 3:1` for the per-layer encodings rope,rope,rope,none: the encodings in order of
+    first appearance and how many layers of the pattern each has."""
+    names = pattern_names(value)
+    counts = {n: names.count(n) for n in dict.fromkeys(names)}
+    return "/".join(encoding_label(n) for n in counts) + " " + ":".join(str(c) for c in counts.values())
+
+
+def option_label(column: str, value, fmt=str) -> str:
+    """How a varying option names a variant: `RoPE/NoPE 3:1` for a layer pattern, `SSMax` for
+    logit_scale=ssmax, else `column=value` (`fmt` formats the value)."""
+    if column == "layer_pe":
+        return layer_pattern_label(value)
+    if column == "logit_scale" and str(value) in LOGIT_SCALE_LABELS:
+        return LOGIT_SCALE_LABELS[str(value)]
+    return f"{column}={fmt(value)}"
 
 
 def is_plain_method(method) -> bool:
@@ -100,7 +129,7 @@ def variant_label(pe, method=None, options: dict | None = None, labels: dict | N
         if k == "positions":
             extra += [] if str(v) == "standard" else [position_label(v)]
         else:
-            extra.append(f"{k}={_fmt(v)}")
+            extra.append(option_label(k, v, _fmt))
     return ", ".join([label, *extra])
 
 
