@@ -9,6 +9,9 @@ at input length 500 (1000 encoder tokens). Targets on a 2-core CPU: >= 10 train 
     python benchmarks/train_speed.py                         # every registered encoding
     python benchmarks/train_speed.py --encodings rope,alibi --steps 30
     python benchmarks/train_speed.py --encodings rope --models transformer,rnn,lstm,stack_rnn,tape_rnn
+    # model variants beside the encodings (standard positions): LABEL|FIELD=VALUE|FIELD=VALUE
+    python benchmarks/train_speed.py --encodings rope --variant "ssmax|logit_scale=ssmax" \
+        --variant "rope/nope 3:1 + llama4|layer_pe=rope,rope,rope,none|logit_scale=llama4_temperature"
 """
 
 from __future__ import annotations
@@ -118,6 +121,8 @@ def main():
     p.add_argument("--eval-samples", type=int, default=64, help="timed evaluation samples per row")
     p.add_argument("--eval-batch", type=int, default=64)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL|FIELD=VALUE|...",
+                   help="a Transformer with these ModelConfig fields (text values), standard positions; repeatable")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -151,6 +156,11 @@ def main():
                 sampler = build_sampler(positions, max_position=cfg.max_position)
                 measure(pe, positions, lambda: CHEModel(cfg, task.input_vocab_size, task.output_vocab_size),
                         sampler)
+    for spec in args.variant:
+        label, *pairs = spec.split("|")
+        fields = dict(pair.split("=", 1) for pair in pairs)
+        cfg = ModelConfig(train_tokens=2 * args.train_length, **fields)
+        measure(label, "standard", lambda: CHEModel(cfg, task.input_vocab_size, task.output_vocab_size), standard)
     table = [[r[0], r[1], r[2], r[2] / base_train, r[3], r[3] / base_eval] for r in rows]
     print(f"\n{args.task}, batch {args.batch_size}, lengths 1..{args.train_length}; eval at length "
           f"{args.eval_length}; torch {torch.__version__}, {torch.get_num_threads()} threads")

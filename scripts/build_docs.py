@@ -8,8 +8,9 @@ A generated block in a docs page is the text between
     <!-- generated: KIND ARGS -->
     <!-- end generated -->
 
-and KIND ARGS say what it shows (BLOCKS below), e.g. `che ruoss2023-mini table1` is Table 1 of the
-export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions. A doc claim
+and KIND ARGS say what it shows (Blocks below), e.g. `che ruoss2023-mini table1` is Table 1 of the
+export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions, and
+`report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind). A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
@@ -49,8 +50,9 @@ class BlockError(Exception):
 class Blocks:
     """What each block kind shows, from the committed results under `data`."""
 
-    def __init__(self, data: Path):
+    def __init__(self, data: Path, workdir: Path):
         self.data = data
+        self.workdir = workdir  # where `report` blocks build each study's report once
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def runs(self, study: str):
@@ -82,6 +84,19 @@ class Blocks:
             a, b = args
             return comparison_markdown(compare_variants(runs, a, b), a, b) + "\n"
         raise KeyError(f"che {what}")
+
+    @functools.cache  # noqa: B019 - one Blocks per build
+    def report_folder(self, study: str) -> Path:
+        out = self.workdir / study
+        build_report(self.data / "studies" / study, out)
+        return out
+
+    def report(self, study: str, name: str) -> str:
+        """A Markdown file of the study's `lengen report` (any kind: lm_table.md, lm_intervals.md,
+        mlm_table.md, arith tables, ...), as the report writes it."""
+        if Path(name).name != name or not name.endswith(".md"):
+            raise ValueError(f"report block names a report's .md file, got {name!r}")
+        return (self.report_folder(study) / name).read_text()
 
     def environment(self, study: str) -> str:
         """What computed a study's runs: one line per distinct environment, with its run count."""
@@ -133,7 +148,8 @@ def figures(data: Path, docs: Path) -> list[Path]:
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:
             build_report(study, tmp)
-            for fig in sorted(Path(tmp).glob("fig4_*.png")):
+            # a CHE study's Fig. 4 per task; an LM or MLM study's metric against length
+            for fig in sorted([*Path(tmp).glob("fig4_*.png"), *Path(tmp).glob("*_vs_length.png")]):
                 target = docs / "figures" / f"{study.name.replace('-', '_')}_{fig.stem.removeprefix('fig4_')}.png"
                 shutil.copyfile(fig, target)
                 made.append(target)
@@ -143,7 +159,11 @@ def figures(data: Path, docs: Path) -> list[Path]:
 def build(docs: Path, data: Path, check: bool) -> list[str]:
     """Rewrite (or, with `check`, compare) every generated block of docs/*.md. Returns the
     blocks that differ (check) or were rewritten, as "page: args"."""
-    blocks = Blocks(data)
+    with tempfile.TemporaryDirectory() as workdir:
+        return _build(docs, Blocks(data, Path(workdir)), check)
+
+
+def _build(docs: Path, blocks: Blocks, check: bool) -> list[str]:
     changed = []
     for page in sorted(docs.glob("*.md")):
         text = page.read_text()

@@ -165,7 +165,11 @@ def test_variants_learn_a_positional_task_and_keep_it_past_m(mode, key_norm):
     1.45-1.47) to below 0.05 (measured 0.005-0.008 for every variant), and the model still answers
     every example at 20 tokens (21 keys > m = 16, where the log-n factors exceed 1)."""
     torch.manual_seed(0)
-    model = CHEModel(cfg(num_layers=2, pe="rope", logit_scale=mode, key_norm=key_norm, train_tokens=16), 4, 4)
+    # llama4_temperature scales NoPE layers only; with the NoPE layer last (rope,none) this 2-layer encoder
+    # does not learn the task in 100 steps, with or without the temperature (loss 1.1 and 1.07 measured)
+    layers = ["none", "rope"] if mode == "llama4_temperature" else None
+    model = CHEModel(cfg(num_layers=2, pe="rope", layer_pe=layers, logit_scale=mode, key_norm=key_norm,
+                         train_tokens=16), 4, 4)
     before, _ = held_out(model, 8)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(0)

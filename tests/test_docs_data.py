@@ -36,8 +36,27 @@ def test_every_generated_block_matches_its_committed_data():
 def test_the_docs_have_generated_blocks_for_every_committed_study():
     pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
     for study in (ROOT / "docs" / "data" / "studies").iterdir():
-        if (study / "export.json").exists():
-            assert f"<!-- generated: che {study.name} table1 -->" in pages, study.name
+        if (study / "export.json").exists():  # a CHE study's Table 1, or a table of another kind's report
+            assert (f"<!-- generated: che {study.name} table1 -->" in pages
+                    or f"<!-- generated: report {study.name} " in pages), study.name
+
+
+def test_a_report_block_is_the_file_lengen_report_writes(copy, tmp_path):
+    page = copy / "results.md"
+    block = "<!-- generated: report ruoss2023-mini table2.md -->\n"
+    page.write_text(page.read_text() + "\n" + block + "stale text\n<!-- end generated -->\n")
+    done = check(copy, copy / "data")
+    assert done.returncode == 1 and "stale: results.md: report ruoss2023-mini table2.md" in done.stdout
+    built = subprocess.run([sys.executable, str(BUILD), "--no-figures", "--docs", str(copy), "--data", str(copy / "data")],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    cli = subprocess.run([sys.executable, "-m", "lengen", "report", str(copy / "data" / "studies" / "ruoss2023-mini"),
+                          "--out", str(tmp_path / "report")], capture_output=True, text=True, cwd=ROOT)
+    assert cli.returncode == 0, cli.stderr
+    expected = (tmp_path / "report" / "table2.md").read_text()
+    assert expected.startswith("| Level | Task |")
+    assert block + expected + "<!-- end generated -->" in page.read_text()
+    assert check(copy, copy / "data").returncode == 0
 
 
 def test_a_changed_score_in_the_demo_data_is_caught(copy):

@@ -243,3 +243,19 @@ def test_query_blocks_without_autograd_equal_one_block(monkeypatch):
                     got = enc.qk_bias(1, None, q[..., -tq:, :], k, 0.3, causal)
                 torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)  # matmul blocking rounds
                 monkeypatch.setattr(cope, "CHUNK_ELEMENTS", 1 << 24)
+
+
+def test_layer_pattern_sends_cope_to_its_layers():
+    """--layer-pe cope,none: layer 0 adds CoPE's bias, layer 1 none; the pattern forwards qk_bias."""
+    c = cfg(layer_pe=["cope", "none"], causal=True)
+    enc = build_encoding(c)
+    cope = enc.for_layer(0)
+    with torch.no_grad():
+        cope.pos_emb.normal_()
+    q, k, v = (t.float() for t in inputs(c, 5))
+    state = enc.prepare(torch.arange(5)[None], torch.arange(5)[None])
+    torch.testing.assert_close(enc.qk_bias(0, state, q, k, 0.5, True), cope.qk_bias(0, None, q, k, 0.5, True))
+    assert enc.qk_bias(1, state, q, k, 0.5, True) is None
+    got = attend(c, enc, q, k, v, layer=0)
+    want = reference(q.double(), k.double(), v.double(), cope.pos_emb.detach()[0].double(), cope.npos, True)
+    torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)

@@ -26,7 +26,8 @@ from lengen.training.run_dir import RunDir
 from lengen.training.setup import build_run
 
 ALL_ENCODINGS = ["none", "sincos", "learned", "relative", "alibi", "rope", "t5", "kerple_log", "kerple_power",
-                 "sandwich", "fire", "fire_shared", "cope"]
+                 "sandwich", "fire", "fire_shared", "p_rope", "fope",
+                 "cope"]
 SEEDS_LRS = [(0, 3e-4), (1, 5e-4), (2, 1e-3)]
 
 
@@ -112,9 +113,13 @@ def test_group_equals_solo_runs(tmp_path, pe):
     ("learned", "randomized", {}),
     ("alibi", "equal_mean", {}),
     ("fire", "equal_mean", {}),
+    ("rope", "pose", {}),
+    ("learned", "pose", {}),
     ("rope", "standard", {"logit_scale": "log_n_clipped", "key_norm": True}),
     ("alibi", "standard", {"logit_scale": "log_n"}),
     ("kerple_log", "standard", {"causal": True, "logit_scale": "log_n_position", "norm": "pre"}),
+    ("p_rope", "equal_mean", {"pe_options": {"fraction": 0.5}}),
+    ("fope", "randomized", {"pe_options": {"learnable": True}}),  # A trained in the stack
     ("cope", "randomized", {"causal": True, "logit_scale": "log_n_position", "key_norm": True}),
 ])
 def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model):
@@ -125,6 +130,7 @@ def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model)
 @pytest.mark.parametrize("pe,model", [
     ("rope", {}),
     ("alibi", {"causal": True, "logit_scale": "log_n"}),
+    ("fope", {}),  # fixed coefficients per member, rotation by autograd's path under vmap
 ])
 @pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's loop over CPU SDPA, expected here
 def test_group_equals_solo_through_vmapped_sdpa(tmp_path, monkeypatch, pe, model):

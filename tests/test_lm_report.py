@@ -64,6 +64,16 @@ def test_labels_are_the_papers_names():
     assert lm.variant_label("fire", "base", {"lr": 0.001, "d_model": 64.0}) == "FIRE, lr=0.001, d_model=64"
 
 
+def test_rope_variants_get_their_papers_names():
+    assert lm.encoding_label("p_rope") == "p-RoPE" and lm.encoding_label("fope") == "FoPE"
+    # p-RoPE given as a rope option next to plain RoPE runs: the option tells the rows apart
+    rows = [{"run_id": f"r{p}", "pe": "rope", "seed": 0, "pe_options.fraction": p} for p in (np.nan, 0.25)]
+    runs = pd.DataFrame(rows + [{"run_id": "f", "pe": "fope", "seed": 0, "pe_options.fraction": np.nan}])
+    assert lm.option_columns(runs) == ["pe_options.fraction"]
+    assert lm.variant_label("rope", "rope", {"pe_options.fraction": 0.25}) == "RoPE, pe_options.fraction=0.25"
+    assert lm.variant_label("fope", "base", {"pe_options.fraction": np.nan}) == "FoPE"
+
+
 def test_table_is_mean_and_std_of_log_perplexity_over_seeds():
     mean, std, n = lm.table(hand_runs(), hand_values(), "ppl")
     assert list(mean.index) == ["RoPE", "RoPE + pi:factor=4", "FIRE"]  # encodings in order, plain first

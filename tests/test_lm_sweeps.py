@@ -52,7 +52,17 @@ def test_expansion_gives_lm_configs_and_the_ids_ignore_the_eval_section(tmp_path
     assert [r.run_id for r in other] == [r.run_id for r in runs]  # the evaluation is not the run
 
 
+def test_rope_variants_expand_and_pass_the_model_check(tmp_path):
+    # expand() runs the kind's check: each model built on the meta device (FoPE's kept frequencies
+    # are a shape, computed on the CPU), methods on p-RoPE only, plain evaluation of FoPE
+    runs = expand(load_spec(write_spec(tmp_path / "a.yaml", {"pe": ["p_rope", "fope"]}, {"d_model": 32})))
+    assert [r.config.model.pe for r in runs] == ["p_rope", "fope"]
+
+
 BAD = {
+    "p-RoPE fraction out of range": ({"grid": {"pe": ["rope"], "pe_options": [{"fraction": 2}]}}, "(0, 1]"),
+    "frequency option on FoPE": ({"grid": {"pe": ["fope"], "pe_options": [{"fraction": 0.5}]}},
+                                 "unexpected keyword argument 'fraction'"),
     "unknown eval option": ({"eval": {**EVAL, "lenghts": [16]}}, "eval.lenghts: unknown `lengen lm eval` option"),
     "option the protocol ignores": ({"eval": {**EVAL, "trials": 5}}, "eval: trials applies to protocol passkey"),
     "bad method": ({"eval": {**EVAL, "methods": ["yarn:factr=4"]}}, "factr"),

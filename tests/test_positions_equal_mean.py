@@ -95,12 +95,13 @@ def test_bad_options():
 
 
 FUNCTIONAL = ["none", "sincos", "rope", "alibi", "relative", "kerple_log", "kerple_power", "sandwich",
-              "fire", "fire_shared", "cope"]
+              "fire", "fire_shared", "p_rope", "fope", "cope"]
 
 
 @pytest.mark.parametrize("pe", ENCODINGS.names())
 def test_float_positions_accepted_by_functional_encodings_only(pe):
-    enc = build_encoding(ModelConfig(num_layers=1, num_heads=2, d_model=8, pe=pe))
+    # head dim 8: p_rope's default p = 0.25 rotates int(0.25 * 8 // 2) = 1 pair (none of head dim 4's 2)
+    enc = build_encoding(ModelConfig(num_layers=1, num_heads=2, d_model=16, pe=pe))
     sampler = build_sampler("equal_mean")
     if pe in ("learned", "t5"):
         with pytest.raises(LengenError, match="integer"):

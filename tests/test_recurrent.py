@@ -308,7 +308,8 @@ def test_old_configs_load_and_keep_their_run_ids():
     cfg = TrainConfig()
     old = cfg.to_dict()
     del old["device"]
-    for key in ("architecture", "hidden_size", "memory_cell_size", "memory_size"):
+    for key in ("architecture", "hidden_size", "memory_cell_size", "memory_size",
+                "layer_pe", "logit_scale_options"):  # the last two: added later still (issue 27)
         del old["model"][key]
     expected = hashlib.sha256(json.dumps(old, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
     assert run_id(cfg) == expected

@@ -119,6 +119,15 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
     assert run.config.lr == 0.0001 and isinstance(run.config.lr, float)
 
 
+def test_rope_variants_are_grid_values():
+    # head dim 8 (TINY's d_model 8 over 2 heads would leave p-RoPE's p = 0.25 no pair to rotate) and
+    # 9 training tokens (FoPE keeps the frequencies with a period within them: none of TINY's 4)
+    spec = parse_spec({"grid": {"pe": ["rope", "p_rope", "fope"], "pe_options": [{}, {"base": 500}]},
+                       "fixed": {**TINY, "d_model": 16, "train_length": 8, "max_length": 10}})
+    runs = expand(spec)
+    assert sorted({r.config.model.pe for r in runs}) == ["fope", "p_rope", "rope"] and len(runs) == 6
+
+
 def test_varying_columns_name_what_differs_and_flatten_options():
     spec = parse_spec({"grid": {"pe_options": [{"base": 500}, {"base": 10000}], "dropout": [0.0, 0.1],
                                 "seed": [0, 1]}, "fixed": TINY})
@@ -153,6 +162,10 @@ BAD_FILES = {
     "inf fixed": ({"grid": {"seed": [0]}, "fixed": {"grad_clip": float("inf")}},
                   "fixed.grad_clip: grad_clip must be a finite number, got inf"),
     "zero steps": ({"grid": {"seed": [0]}, "fixed": {"steps": 0}}, "fixed.steps: 0 steps trains nothing"),
+    "p-RoPE fraction out of range": ({"grid": {"pe_options": [{"fraction": 0.5}, {"fraction": 1.5}]}},
+                                     "rope option fraction must be in (0, 1]"),
+    "frequency option on a non-RoPE encoding": ({"grid": {"pe": ["alibi"]}, "fixed": {"pe_options": {"fraction": 0.5}}},
+                                                "unexpected keyword argument 'fraction'"),
 }
 
 

@@ -71,7 +71,7 @@ class ArithConfig:
     IDENTITY = ["model", "task", "format", "pe", "positions", "abacus_k", "train_digits", "max_operands", "b_digits",
                 "steps", "batch_size", "lr", "warmup", "weight_decay", "grad_clip", "seed", "log_every"]
     RUNTIME = ["device"]
-    ADDED_FIELDS = {}
+    ADDED_FIELDS = {"model.layer_pe": None, "model.logit_scale_options": {}}
 
     def __post_init__(self):
         try:

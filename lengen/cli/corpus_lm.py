@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from lengen.cli.options import add_device_arguments, options_from_args, set_threads
+from lengen.cli.options import add_device_arguments, add_layer_pe_argument, options_from_args, set_threads
 from lengen.io import check_writable
 
 #: KEY=VALUE options (config field -> flag), parsed into dicts before the config is built
@@ -46,6 +46,7 @@ def add_model_arguments(p, d, max_position: str):
     g.add_argument("--pe", help=f"positional encoding: any of `lengen.encodings` ({d.model.pe})")
     g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
                    help="encoding option, repeatable (e.g. base=500)")
+    add_layer_pe_argument(g)
     add_architecture_arguments(g, d)
     g.add_argument("--max-position", type=int, help=f"{max_position} ({d.model.max_position})")
     return g
@@ -92,7 +93,8 @@ def train_from_args(args, table: dict[str, str], config_from_options: Callable, 
     whose validation line is `validation_line.format(**record)`."""
     set_threads(args.threads)
     cfg = config_from_options(options_from_args(args, table))
-    out = args.out or run_dir.format(cfg=cfg)
+    positions = "" if getattr(cfg, "positions", "standard") == "standard" else f"-{cfg.positions}"
+    out = args.out or run_dir.format(cfg=cfg, positions=positions)
     check_writable(out)  # before the corpus is read and tokenized
     rec = train(cfg, out, progress=not args.no_progress)
     print(f"\n{rec['corpus']}")

@@ -1,5 +1,6 @@
 """`lengen hf eval`: training-free context extension of a local Hugging Face model (Llama, Mistral,
-Phi-3, Qwen2/3 layout), evaluated at several lengths: perplexity, last-segment perplexity, passkey
+Phi-3, Qwen2/3 layout; Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE per layer, see
+`lengen hf methods`), evaluated at several lengths: perplexity, last-segment perplexity, passkey
 retrieval or RULER-style tasks, for plain RoPE and any lengen extrapolation method."""
 
 from __future__ import annotations
@@ -7,8 +8,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from lengen.cli.hf_tune import add_tune_parser
 from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
+from lengen.errors import LengenError
+from lengen.hf import describe
 from lengen.hf.evaluate import METRIC, EvalSettings, load_result, result_table, run, save_result
 from lengen.io import check_writable
 from lengen.protocols.options import check_protocol_options, split_tasks, used_by
@@ -72,8 +76,9 @@ def add_parser(sub) -> None:
     d = EvalSettings("", [], [])
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",
                        description="Training-free context extension of local Hugging Face models "
-                       "(Llama, Mistral, Phi-3, Qwen2/3 layout); from Python: lengen.hf.extend / restore. "
-                       "See `lengen hf eval --help`.")
+                       "(Llama, Mistral, Phi-3, Qwen2/3 layout; Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, "
+                       "Granite, Qwen3-MoE); from Python: lengen.hf.extend / restore. See `lengen hf "
+                       "eval --help` and `lengen hf methods --help`.")
     hf_sub = p.add_subparsers(dest="hf_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: p.print_help() or 2)
     e = hf_sub.add_parser("eval", help="evaluate methods against length on a local model",
@@ -110,6 +115,37 @@ def add_parser(sub) -> None:
     add_device_arguments(e, "the model is moved after loading and evaluated", defaults=True,
                          precision_note="; see '--dtype and --precision' below")
     e.set_defaults(func=run_eval)
+    add_tune_parser(hf_sub)
+    m = hf_sub.add_parser("methods", help="which methods apply to which layers of a model",
+                          description=describe.__doc__,
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog="examples:\n  lengen hf methods --list\n  lengen hf methods gemma3_text\n"
+                                 "  lengen hf methods ./my-model --train-length 8192\n"
+                                 "  lengen hf methods ./gemma --gguf-file gemma-3-270m-q4_k_m.gguf")
+    m.add_argument("model", nargs="?", metavar="MODEL",
+                   help="a local model folder (its config.json; no weights are read) or a model_type "
+                        "(transformers' default config of that type)")
+    m.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL: its metadata gives the "
+                   "config (needs the gguf package)")
+    m.add_argument("--list", action="store_true",
+                   help="the supported model types and the methods of each kind")
+    m.add_argument("--train-length", type=int, metavar="L0",
+                   help="the model's trained context (default: max_position_embeddings)")
+    m.set_defaults(func=run_methods)
+
+
+def run_methods(args) -> int:
+    if args.list == (args.model is not None):
+        raise LengenError("lengen hf methods: give a MODEL or --list (one of them)")
+    if args.list and args.gguf_file:
+        raise LengenError("lengen hf methods: --gguf-file goes with a MODEL folder, not --list")
+    if args.train_length is not None and args.train_length < 1:
+        raise LengenError(f"--train-length must be >= 1, got {args.train_length}")
+    if args.list:
+        print(describe.supported_list())
+    else:
+        print(describe.describe_source(args.model, args.train_length, args.gguf_file))
+    return 0
 
 
 def run_eval(args) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lengen.cli import corpus_lm
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import add_device_arguments, add_logit_scale_arguments, parse_lengths, set_threads
 from lengen.extrapolation import split_methods
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig, evaluate_lm
@@ -17,6 +17,8 @@ TRAIN_EPILOG = """examples:
   # another encoding, your own text, a shorter run
   lengen lm train --pe alibi --corpus 'notes/**/*.md' --steps 300 --out runs/lm-alibi
   lengen lm train --pe rope --pe-option base=500 --train-length 128 --seed 1 --out runs/lm-rope-b500
+  # PoSE: train in 256-token windows with position ids reaching 4096 (docs/training_time_methods.md)
+  lengen lm train --pe rope --positions pose --position-option target=4096 --out runs/lm-rope-pose
   # on a GPU, bfloat16 autocast
   lengen lm train --pe rope --device cuda --precision bf16 --out runs/lm-rope-gpu
 
@@ -27,8 +29,9 @@ length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
 (default ~/.cache/lengen).
 """
 
-#: --out's default (str.format with the run's config as `cfg`)
-RUN_DIR = "runs/lm-{cfg.model.pe}-L{cfg.train_length}-s{cfg.seed}"
+#: --out's default (str.format with the run's config as `cfg`; `positions` is "" for standard
+#: positions, else "-" and the sampler's name, so the default directories of older runs stay)
+RUN_DIR = "runs/lm-{cfg.model.pe}{positions}-L{cfg.train_length}-s{cfg.seed}"
 #: the validation line printed after training (str.format with eval.json's record)
 VALIDATION_LINE = ("validation perplexity at the training length {train_length}: {val_ppl:.3f} "
                    "(unigram baseline: {unigram_ppl:.3f}; {val_tokens:,} tokens in consecutive windows of the "
@@ -76,10 +79,17 @@ def _add_train(sub) -> None:
     p = corpus_lm.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
                                  "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
     corpus_lm.add_data_arguments(p, d)
-    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size")
-    g.add_argument("--logit-scale", help="attention logit scaling while training: none, log_n, ...")
+    g = p.add_argument_group("positions")
+    g.add_argument("--positions", help=f"training position sampler: standard, pose, randomized, ... "
+                   f"({d.positions}); evaluation always uses the positions 0..L-1")
+    g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
+                   help="sampler option, repeatable (pose: target=L_t (default max-position), chunks=N, "
+                   "split=half|uniform)")
+    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
+                                      "default target")
+    add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
     corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
-                                out_default="runs/lm-PE-LTRAIN-sSEED")
+                                out_default="runs/lm-PE[-POSITIONS]-LTRAIN-sSEED")
     p.set_defaults(func=run_train)
 
 

@@ -4,7 +4,7 @@ experiment; docs/mlm.md): train at one length, score masked tokens at longer one
 from __future__ import annotations
 
 from lengen.cli import corpus_lm
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import add_device_arguments, add_logit_scale_arguments, parse_lengths, set_threads
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.evaluate import MLMEvalConfig, evaluate_mlm
 from lengen.mlm.options import MLM_OPTIONS, mlm_config_from_options
@@ -59,13 +59,14 @@ def _add_train(sub) -> None:
     g.add_argument("--mask-rate", type=float, help=f"share of positions chosen per window, then "
                    f"80%% MASK / 10%% random byte / 10%% unchanged ({d.mask_rate})")
     g = p.add_argument_group("positions")
-    g.add_argument("--positions", help=f"training position sampler: standard, randomized, equal_mean "
+    g.add_argument("--positions", help=f"training position sampler: standard, randomized, equal_mean, pose "
                    f"({d.positions})")
     g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
                    help="sampler option, repeatable (equal_mean: distribution=exponential|beta, "
-                   "test_length=M, beta_shape=B)")
+                   "test_length=M, beta_shape=B; pose: target=L_t, chunks=N, split=half|uniform)")
     g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size and randomized range")
     g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise the keys")
+    add_logit_scale_arguments(g, "none (log-n: `mlm eval --log-n`)")
     corpus_lm.add_run_arguments(p, d, seeded="weights, data order, masks, positions", validated="eval.json",
                                 out_default="runs/mlm-PE-POSITIONS-LTRAIN-sSEED")
     p.set_defaults(func=run_train)

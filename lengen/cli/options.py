@@ -25,7 +25,8 @@ def parse_key_values(items: list[str] | None, flag: str) -> dict:
 
 
 #: options given as repeated KEY=VALUE flags (parse_key_values), by every command that has them
-KEY_VALUE_FLAGS = {"pe_options": "--pe-option", "position_options": "--position-option"}
+KEY_VALUE_FLAGS = {"pe_options": "--pe-option", "position_options": "--position-option",
+                   "logit_scale_options": "--logit-scale-option"}
 
 
 def options_from_args(args, table) -> dict:
@@ -36,6 +37,23 @@ def options_from_args(args, table) -> dict:
         if key in given:
             given[key] = parse_key_values(given[key], flag)
     return given
+
+
+def add_layer_pe_argument(g) -> None:
+    """--layer-pe: per-layer encodings (ModelConfig.layer_pe), into group `g`."""
+    g.add_argument("--layer-pe", metavar="PE,PE,...",
+                   help="encoding per layer, repeated over the layers (e.g. rope,rope,rope,none: every 4th "
+                        "layer NoPE, as Llama 4); must include --pe, whose --pe-option values it carries; "
+                        "absolute encodings (sincos, learned) are not per layer (default: --pe everywhere)")
+
+
+def add_logit_scale_arguments(g, modes: str) -> None:
+    """--logit-scale (`modes`: the log-n ones the command trains with) and --logit-scale-option."""
+    g.add_argument("--logit-scale", help=f"attention logit scaling: {modes}, ssmax (Scalable-Softmax, learned s "
+                   "per head), llama4_temperature (Llama 4's, NoPE layers only)")
+    g.add_argument("--logit-scale-option", dest="logit_scale_options", action="append", metavar="KEY=VALUE",
+                   help="repeatable; ssmax: s_init (default 1/log of the training length); llama4_temperature: "
+                        "floor_scale (default training length / 8), attn_scale (0.1)")
 
 
 def parse_lengths(text: str) -> list[int]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lengen.cli.options import add_device_arguments, format_table, options_from_args, set_threads
+from lengen.cli.options import (add_device_arguments, add_layer_pe_argument, add_logit_scale_arguments, format_table,
+                                options_from_args, set_threads)
 from lengen.io import check_writable
 from lengen.models.config import ARCHITECTURES
 from lengen.training.config import TRAIN_OPTIONS, TrainConfig
@@ -38,12 +39,14 @@ def add_parser(sub) -> None:
     g.add_argument("--pe", help="positional encoding: none, sincos, learned, relative, alibi, rope, ... (default rope)")
     g.add_argument("--pe-option", dest="pe_options", action="append", metavar="KEY=VALUE",
                    help="encoding option, repeatable (e.g. base=500)")
-    g.add_argument("--positions", help="training position sampler: standard, randomized, ... (default standard)")
+    g.add_argument("--positions", help="training position sampler: standard, randomized, equal_mean, pose, ... "
+                   "(default standard)")
     g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
-                   help="sampler option, repeatable")
+                   help="sampler option, repeatable (e.g. pose: target=1000, chunks=2, split=half|uniform)")
     g.add_argument("--test-positions", choices=["random", "uniform", "standard"],
                    help="test-time positions (default: random for randomized training, else standard)")
     g.add_argument("--max-position", type=int, help="positions are drawn from [0, max_position) (default 2048)")
+    add_layer_pe_argument(g)
     g = p.add_argument_group("model (defaults: the seed paper's encoder)")
     g.add_argument("--model", choices=list(ARCHITECTURES),
                    help="architecture (transformer); rnn, lstm, stack_rnn and tape_rnn are the CHE benchmark's "
@@ -55,7 +58,7 @@ def add_parser(sub) -> None:
     g.add_argument("--d-ff", type=int, help="feed-forward width (256)")
     g.add_argument("--dropout", type=float, help="dropout (0.1)")
     g.add_argument("--norm", choices=["post", "pre"], help="LayerNorm placement (post)")
-    g.add_argument("--logit-scale", help="attention logit scaling: none, log_n, log_n_clipped, log_n_position")
+    add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
     g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise attention keys")
     g = p.add_argument_group("recurrent models (--model rnn, lstm, stack_rnn, tape_rnn)")
     g.add_argument("--hidden-size", type=int, help="state width (256)")

@@ -66,6 +66,10 @@ class PositionalEncoding(nn.Module):
     def name(self) -> str:
         return getattr(self, "registry_name", type(self).__name__)
 
+    def for_layer(self, layer: int) -> "PositionalEncoding":
+        """The encoding block `layer` uses: itself (a per-layer pattern answers per layer)."""
+        return self
+
     def project(self) -> None:
         """Clamp the `bounds` parameters into their domain, in place: not part of the graph."""
         with torch.no_grad():  # not .data: this also runs on stacked weights under vmap

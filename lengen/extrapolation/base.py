@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lengen.encodings.rope import apply_rotary, default_inv_freq, rope_cos_sin
+from lengen.encodings.rope import apply_rotary, default_inv_freq, keep_highest_frequencies, rope_cos_sin
 from lengen.errors import LengenError
 
 
@@ -44,10 +44,15 @@ class RopeSpec:
     rotary_dim: int          # channels rotated per head (half-split layout)
     base: float = 10000.0    # rope theta
     train_length: int = 2048 # L0: the context length the model was trained on
+    # p-RoPE's p (lengen.encodings.rope): the model's pairs R = int(p d // 2) and above have
+    # frequency 0 (NoPE channels). A method changes the frequencies of the rotated pairs and
+    # leaves those channels position-free, as the model was trained (`params` zeroes them).
+    fraction: float = 1.0
 
 
-# Options every method accepts: they override the RopeSpec field of that name for this method only.
-ROPE_OVERRIDES = tuple(f.name for f in dataclasses.fields(RopeSpec))
+# Options every method accepts: they override the RopeSpec field of that name for this method only
+# (not `fraction`: it is what the model was trained with, not a choice of the method).
+ROPE_OVERRIDES = ("rotary_dim", "base", "train_length")
 
 
 class ExtrapolationMethod:
@@ -107,7 +112,8 @@ class ExtrapolationMethod:
         """rope_params, cached (one entry: the frequencies of the last length and device)."""
         key = (seq_len if self.length_dependent else None, str(torch.device(device or "cpu")))
         if self._params_cache is None or self._params_cache[0] != key:
-            self._params_cache = (key, self.rope_params(seq_len, device))
+            inv_freq, factor = self.rope_params(seq_len, device)
+            self._params_cache = (key, (keep_highest_frequencies(inv_freq, self.rope.fraction), factor))
         return self._params_cache[1]
 
     def rotate_qk(self, q, k, pos_q, pos_k, seq_len: int | None = None):

@@ -1,13 +1,16 @@
-"""Training-free context extension for Hugging Face causal LMs of the Llama family.
+"""Training-free context extension for Hugging Face causal LMs of the Llama family and of the
+hybrid-layer families (Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE), per layer.
 
-    from lengen.hf import extend, restore
+    from lengen.hf import extend, restore, tune
     extend(model, "yarn", factor=4)        # or "dynamic", "rerope:window=512+logn", ...
     ...
     restore(model)                         # exactly the original model again
+    tune(model_path="./llama", length=16384, text="books/", budget=30)   # choose a method's options
 
 See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES
 from lengen.hf.patch import extend, extension_of, restore
+from lengen.hf.tuning import TuneSettings, tune
 
-__all__ = ["extend", "restore", "extension_of", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]

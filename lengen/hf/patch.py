@@ -14,6 +14,11 @@ Two routes, both through transformers' own extension points (no forward is repla
     (HF's own dynamic mixes bases in its cache, transformers#25104); its cached keys and values
     of layers >= 2 still come from hidden states computed at shorter lengths, which no cache can
     avoid, so there only the first layer equals a full forward exactly.
+
+Per layer (lengen.hf.arch.Layer): a method applies to the layers `Layer.extended` names (global
+RoPE layers, windowed layers whose window exceeds L0), built from each layer's own RoPE base; a
+rotary table is rewritten only if every RoPE layer reading it is extended, else the attention
+route runs and gives each layer its LayerPlan.
 """
 
 from __future__ import annotations
@@ -29,53 +34,86 @@ from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.positions import PositionTracker
-from lengen.extrapolation import parse_spec
+from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
 
 _EXTENSIONS: "weakref.WeakKeyDictionary[nn.Module, Extension]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
+class LayerPlan:
+    """What lengen does in one attention layer under the "attention" route:
+    "method": apply the extension method (built from this layer's RoPE base);
+    "plain":  ordinary RoPE at the layer's own base (its rotary table is shared with extended
+              layers and set to the identity, but this layer is not extended: a sliding window
+              within the trained length);
+    "pass":   nothing: the model's own attention as it is (NoPE layers, layers whose own table is
+              untouched)."""
+
+    action: str
+    method: object = None
+
+
+@dataclass(eq=False)
 class Extension:
     spec: str
-    method: object
+    method: object                              # the method of the global RoPE layers
     parts: ModelParts
     route: str                                  # "rotary" or "attention"
-    saved_inv_freq: torch.Tensor                # the rotary module's own tensor, put back as is
-    saved_scaling: float
+    saved: dict = field(default_factory=dict)   # table key -> (inv_freq, attention_scaling), put back
+    plans: dict = field(default_factory=dict)   # layer index -> LayerPlan ("attention" route)
     handles: list = field(default_factory=list)
     tracker: PositionTracker | None = None
     base_fn: object = None                      # the model's eager or sdpa attention function
     saved_rope_type: str | None = None          # a longrope config's rotary rope_type, put back
 
     def attend(self, module, query, key, value, attention_mask, scaling, dropout, **kwargs):
-        """Called by every attention layer with UN-rotated query [B,H,Tq,d], key, value
-        [B,Hkv,Tk,d] (cache included) and transformers' mask for the underlying implementation."""
+        """Called by every attention layer with query [B,H,Tq,d], key, value [B,Hkv,Tk,d] (cache
+        included; un-rotated where the layer's table is the identity) and transformers' mask
+        for the underlying implementation (the layer's own: sliding, chunked or causal)."""
+        plan = self.plans[module.layer_idx]
+        if plan.action == "pass":
+            return self.base_fn(module, query, key, value, attention_mask, scaling=scaling,
+                                dropout=dropout, **kwargs)
         step = self.tracker.step
-        if step is None or key.shape[-2] != step.pos_k.shape[-1] \
-                or query.shape[-2] != step.pos_q.shape[-1]:
+        if step is None or query.shape[-2] != step.pos_q.shape[-1] or key.shape[-2] > step.pos_k.shape[-1] \
+                or (key.shape[-2] < step.pos_k.shape[-1] and not kwargs.get("sliding_window")
+                    and self.parts.layers[module.layer_idx].window is None):
             raise LengenError(
                 "lengen.hf: the attention's keys do not match the recorded positions; call the "
                 "model itself, with the default dynamic KV cache (DynamicCache)")
+        if key.shape[-2] < step.pos_k.shape[-1]:
+            # a sliding-window / chunked cache layer keeps only its last keys
+            step = step.last_keys(key.shape[-2])
+        method = plan.method
         # sequence length for length-dependent frequencies, as HF: largest position + 1, but per
         # sequence, so that a padded sequence gets the frequencies it would get alone
         lengths = step.pos_k.amax(-1) + 1
-        if self.method.length_dependent and lengths.numel() > 1 and bool((lengths != lengths[0]).any()):
-            rows = [self._attend(module, *(x[b:b + 1] for x in (query, key, value)),
+        if method.length_dependent and lengths.numel() > 1 and bool((lengths != lengths[0]).any()):
+            rows = [self._attend(method, module, *(x[b:b + 1] for x in (query, key, value)),
                                  _row(attention_mask, b), step.row(b), int(lengths[b]), scaling,
                                  dropout, **kwargs)[0] for b in range(query.shape[0])]
             return torch.cat(rows), None
-        return self._attend(module, query, key, value, attention_mask, step, int(lengths.max()),
-                            scaling, dropout, **kwargs)
+        return self._attend(method, module, query, key, value, attention_mask, step,
+                            int(lengths.max()), scaling, dropout, **kwargs)
 
-    def _attend(self, module, query, key, value, attention_mask, step, seq_len, scaling, dropout,
-                **kwargs):
-        if self.method.remaps:
-            return self._remapped(query, key, value, step, scaling, seq_len), None
-        query, key = self.method.rotate_qk(query, key, step.pos_q, step.pos_k, seq_len)
+    def _attend(self, method, module, query, key, value, attention_mask, step, seq_len, scaling,
+                dropout, **kwargs):
+        if getattr(module, "qk_norm", None) is not None and scaling is not None:
+            # Llama 4 L2-normalises q and k after RoPE, which cancels an attention factor (yarn's)
+            # on the model's own (rotary) route; here q, k arrive normalised, so divide it out
+            factor = float(method.params(seq_len, query.device)[1])
+            scaling = scaling / factor ** 2
+        if self.parts.layout == "interleaved":
+            # pairs (2i, 2i+1) -> channels (i, i + d/2): the half-split layout the methods rotate;
+            # q.k is unchanged by permuting the channels of both alike
+            query, key = _half_split(query), _half_split(key)
+        if method.remaps:
+            return self._remapped(method, query, key, value, step, scaling, seq_len), None
+        query, key = method.rotate_qk(query, key, step.pos_q, step.pos_k, seq_len)
         return self.base_fn(module, query, key, value, attention_mask, scaling=scaling,
                             dropout=dropout, **kwargs)
 
-    def _remapped(self, query, key, value, step, scaling, seq_len):
+    def _remapped(self, method, query, key, value, step, scaling, seq_len):
         if step.custom_mask:
             raise LengenError(f"{self.spec}: a ready-made 4D attention mask cannot be combined with "
                               "remapped positions; pass a 2D padding mask")
@@ -83,12 +121,32 @@ class Extension:
         if step.key_valid is not None:
             # the methods are causal in positions: a padding key placed after every query is masked
             pos_k = torch.where(step.key_valid, pos_k, step.pos_q.max() + 1)
-        out = self.method.attend(query, key, value, step.pos_q, pos_k, scaling, seq_len)
+        out = method.attend(query, key, value, step.pos_q, pos_k, scaling, seq_len)
         return out.transpose(1, 2).contiguous()
+
+
+def _half_split(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
 
 
 def _row(x: torch.Tensor | None, b: int):
     return x if x is None or x.shape[0] == 1 else x[b:b + 1]
+
+
+def _methods_by_table(method, options, parts, train_length, extended) -> tuple[dict, str]:
+    """({table key: method object built from that table's RoPE base}, spec) for the tables of the
+    extended layers: per-layer-type bases are each scaled from their own."""
+    keys = list(dict.fromkeys(layer.table for layer in extended))
+    built, spec = {}, None
+    for key in keys or [next(iter(parts.tables))]:
+        base = parts.tables[key].base
+        if isinstance(method, ExtrapolationMethod) and len(keys) > 1 \
+                and len({parts.tables[k].base for k in keys}) > 1:
+            raise LengenError("the model's extended layers have several RoPE bases: pass a spec "
+                              "string (a method object carries one base)")
+        built[key], spec = build(method, options, parts.head_dim, base, train_length,
+                                 defaults=parts.config_methods)
+    return built, spec
 
 
 def extend(model: nn.Module, method, **options) -> nn.Module:
@@ -100,6 +158,9 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     A config asking for a method (rope_type longrope, Qwen2's dual_chunk_attention_config) gives
     that method's options (and, for longrope, train_length) when not passed; a longrope config
     accepts only specs with "longrope".
+    Hybrid-layer models: the method applies to the global RoPE layers (each layer type from its
+    own RoPE base) and to windowed layers whose window exceeds train_length; sliding / chunked
+    layers within it and NoPE layers stay the model's own (docs/huggingface.md).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
     if model in _EXTENSIONS:
         raise LengenError(f"the model is already extended with {_EXTENSIONS[model].spec!r}; "
@@ -112,32 +173,52 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
                           f"with {parts.required_method!r} (options read from the config) applies to "
                           "it; load the model without rope scaling for other methods")
     train_length = int(options.pop("train_length", None) or parts.original_length or parts.max_positions)
-    method_obj, spec = build(method, options, parts.head_dim, parts.rope_base, train_length,
-                             defaults=parts.config_methods)
+    extended = [layer for layer in parts.layers if layer.extended(train_length)]
+    methods, spec = _methods_by_table(method, options, parts, train_length, extended)
+    method_obj = methods.get("full_attention", next(iter(methods.values())))
     if method_obj.rope.rotary_dim != parts.head_dim:
         raise LengenError(f"rotary_dim={method_obj.rope.rotary_dim} differs from the model's "
                           f"head_dim {parts.head_dim}; partial rotary is not supported")
-    route = "rotary" if is_static_frequency(method_obj) else "attention"
+    touched = {layer.table for layer in extended}
+    # a table may only be rewritten if every RoPE layer reading it is extended
+    shared = any(layer.table in touched and not layer.extended(train_length)
+                 for layer in parts.layers if layer.kind != "nope")
+    route = "rotary" if is_static_frequency(method_obj) and not shared else "attention"
     if route == "attention":
         parts = inspect_model(model, require_attention=True)
+        extended = [layer for layer in parts.layers if layer.extended(train_length)]
+        _check_layers(spec, method_obj, extended)
     rotary = parts.rotary
     ext = Extension(spec=spec, method=method_obj, parts=parts, route=route,
-                    saved_inv_freq=rotary.inv_freq, saved_scaling=rotary.attention_scaling)
+                    saved={key: (parts.tables[key].inv_freq, parts.tables[key].attention_scaling)
+                           for key in touched})
     if route == "rotary":
-        inv_freq, factor = method_obj.rope_params(method_obj.rope.train_length,
-                                                  device=rotary.inv_freq.device)
-        rotary.inv_freq = inv_freq.to(rotary.inv_freq.dtype)
-        rotary.attention_scaling = factor
+        for key in touched:
+            table = parts.tables[key]
+            inv_freq, factor = methods[key].rope_params(methods[key].rope.train_length,
+                                                       device=table.inv_freq.device)
+            table.set(inv_freq.to(table.inv_freq.dtype), factor)
     else:
         attn.register()
         _set_implementation(model, attn.NAMES[parts.attn_implementation])   # first: it may refuse
         ext.tracker = PositionTracker()
         ext.base_fn = attn.base_function(parts.attn_implementation, parts.attentions[0])
-        rotary.inv_freq = torch.zeros_like(rotary.inv_freq)   # identity rotation: cos 1, sin 0
-        rotary.attention_scaling = 1.0
-        if getattr(rotary, "rope_type", "default") != "default":
+        for key in touched:   # identity rotation: cos 1, sin 0
+            table = parts.tables[key]
+            table.set(torch.zeros_like(table.inv_freq), 1.0)
+        if isinstance(getattr(rotary, "rope_type", "default"), str) \
+                and getattr(rotary, "rope_type", "default") != "default":
             # a longrope config: transformers would copy its long/short table into inv_freq
             ext.saved_rope_type, rotary.rope_type = rotary.rope_type, "default"
+        for layer in parts.layers:
+            if layer.extended(train_length):
+                ext.plans[layer.index] = LayerPlan("method", methods[layer.table])
+            elif layer.kind != "nope" and layer.table in touched:
+                ext.plans[layer.index] = LayerPlan("plain", ExtrapolationMethod(RopeSpec(
+                    rotary_dim=parts.head_dim, base=parts.tables[layer.table].base,
+                    train_length=train_length)))
+            else:
+                ext.plans[layer.index] = LayerPlan("pass")
         ext.handles = ext.tracker.attach(parts.base, rotary)
         for module in parts.attentions:
             attn._OWNERS[module] = ext
@@ -145,13 +226,30 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     return model
 
 
+def _check_layers(spec: str, method, extended: list) -> None:
+    """Refuse what lengen's own attention (the remapping methods) cannot keep of a layer."""
+    if not method.remaps:
+        return
+    for layer in extended:
+        if layer.softcap:
+            raise LengenError(f"{spec}: layer {layer.index} soft-caps its attention logits "
+                              f"(attn_logit_softcapping={layer.softcap}, Gemma 2); the remapping "
+                              "methods compute attention themselves without it: use a frequency "
+                              "method (pi, ntk, dynamic, yarn, llama3) on this model")
+        if layer.window is not None:
+            raise LengenError(f"{spec}: layer {layer.index} is a {layer.kind} layer whose window "
+                              f"({layer.window}) exceeds train_length; remapping methods do not "
+                              "window their attention: use a frequency method, or a train_length "
+                              ">= the window")
+
+
 def restore(model: nn.Module) -> nn.Module:
     """Undo extend(): the model computes exactly what it computed before."""
     ext = _EXTENSIONS.pop(model, None)
     if ext is None:
         raise LengenError("the model is not extended by lengen.hf")
-    ext.parts.rotary.inv_freq = ext.saved_inv_freq
-    ext.parts.rotary.attention_scaling = ext.saved_scaling
+    for key, (inv_freq, scaling) in ext.saved.items():
+        ext.parts.tables[key].set(inv_freq, scaling)
     if ext.saved_rope_type is not None:
         ext.parts.rotary.rope_type = ext.saved_rope_type
     for handle in ext.handles:

@@ -46,6 +46,12 @@ class Step:
         pick = lambda x: x if x is None or x.shape[0] == 1 else x[b:b + 1]  # noqa: E731
         return Step(pick(self.pos_q), pick(self.pos_k), pick(self.key_valid), self.custom_mask)
 
+    def last_keys(self, n: int) -> "Step":
+        """The step as a sliding-window (or chunked) cache layer sees it: only its last n keys
+        (transformers' DynamicSlidingWindowLayer keeps the most recent ones)."""
+        pick = lambda x: x if x is None else x[..., -n:]  # noqa: E731
+        return Step(self.pos_q, pick(self.pos_k), pick(self.key_valid), self.custom_mask)
+
 
 @dataclass(eq=False)
 class _Pass:

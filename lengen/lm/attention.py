@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from lengen.encodings.rope import RopeEncoding
 from lengen.extrapolation.cache import RawKVCache
 from lengen.models.attention import AttentionContext, SelfAttention
 
@@ -43,6 +44,8 @@ class DecoderAttention(SelfAttention):
         if cache is not None:
             k, v, _ = cache.update(self.layer, k, v, ctx.pos_q)
         rope = getattr(ctx, "rope", None)
+        if rope is not None and not isinstance(self.pe[0].for_layer(self.layer), RopeEncoding):
+            rope = None  # a NoPE layer of a per-layer pattern: the method acts on RoPE layers only
         out = self.attend(q, k, v, ctx) if rope is None else self.attend_rope(q, k, v, ctx, rope)
         return self.out(out.transpose(1, 2).reshape(B, T, D))
 

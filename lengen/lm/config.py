@@ -9,6 +9,7 @@ from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.models.config import CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
+from lengen.positions import SAMPLERS
 
 
 def default_lm_model() -> ModelConfig:
@@ -44,6 +45,8 @@ class LMConfig:
     corpus: str | None = None          # file, folder or glob; None = the Python standard library
     val_fraction: float = 0.05         # share of documents held out (by name hash)
     train_length: int = 256            # tokens per training window (also ModelConfig.train_tokens)
+    positions: str = "standard"        # training position sampler (lengen.positions.SAMPLERS); eval: standard
+    position_options: dict = field(default_factory=dict)  # e.g. target=2048 for pose
     steps: int = 1800
     batch_size: int = 16
     lr: float = 2e-3                   # peak AdamW learning rate (linear warmup, cosine decay to 10%)
@@ -60,12 +63,13 @@ class LMConfig:
     #: what defines the checkpoint; the others (checkpointing, validation size) may change on resume.
     #: `steps` is part of it because the learning-rate schedule depends on it. `device` and
     #: `precision` are not: a run may resume on another device or in another numeric mode.
-    IDENTITY = ["model", "corpus", "val_fraction", "train_length", "steps", "batch_size", "lr", "warmup",
-                "weight_decay", "grad_clip", "seed", "log_every"]
+    IDENTITY = ["model", "corpus", "val_fraction", "train_length", "positions", "position_options", "steps",
+                "batch_size", "lr", "warmup", "weight_decay", "grad_clip", "seed", "log_every"]
     #: where a run executes, not what it computes: left out of a sweep run's identity hash
     RUNTIME = ["device"]
     #: fields added after LM sweeps existed, with their defaults (lengen.sweeps.spec.run_id)
-    ADDED_FIELDS = {}
+    ADDED_FIELDS = {"positions": "standard", "position_options": {}, "model.layer_pe": None,
+                    "model.logit_scale_options": {}}
 
     def __post_init__(self):
         self.model.train_tokens = self.train_length  # log-n scalings and methods read it from the model
@@ -80,6 +84,7 @@ class LMConfig:
 
     def validate(self) -> None:
         ENCODINGS.get(self.model.pe)  # unknown encoding -> LengenError listing the valid ones
+        SAMPLERS.get(self.positions)  # unknown sampler -> the same
         check_corpus_run_numbers(self)
         check_precision(self.precision)
         if not self.model.causal:

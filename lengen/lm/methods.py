@@ -10,6 +10,7 @@ from typing import Any
 
 from lengen.errors import LengenError
 from lengen.extrapolation import build_method, is_plain
+from lengen.lm.model import pe_description
 
 
 @dataclass
@@ -46,7 +47,7 @@ def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:
             out.append(ResolvedMethod(spec if model.is_rope else "base", None))
             continue
         if not model.is_rope:
-            raise LengenError(f"method {spec!r} needs a RoPE model, but this run uses pe={model.cfg.pe!r}; "
+            raise LengenError(f"method {spec!r} needs a RoPE model, but this run uses {pe_description(model.cfg)}; "
                               f"evaluate it plainly with --methods base")
         out.append(ResolvedMethod(spec, build_method(spec, model.rope_spec())))
     labels = [m.label for m in out]

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lengen.encodings.layers import LayerPatternEncoding
+from lengen.encodings.none import NoEncoding
 from lengen.encodings.rope import RopeEncoding
 from lengen.errors import LengenError
 from lengen.extrapolation.base import RopeSpec
@@ -20,6 +22,14 @@ from lengen.lm.cache import DecoderCache
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer
 from lengen.protocols.scoring import nll_from_logits
+
+
+def pe_description(cfg: ModelConfig) -> str:
+    """pe='rope', or the per-layer pattern, for messages."""
+    if cfg.layer_pe:
+        return (f"layer-pe {','.join(cfg.layer_pe)} (RoPE methods need RoPE layers mixed only with NoPE "
+                "layers, none)")
+    return f"pe={cfg.pe!r}"
 
 
 class DecoderStack(Transformer):
@@ -36,7 +46,9 @@ class DecoderStack(Transformer):
         self.pe.check_positions(pos_k)
         x = self.drop(self.pe.embed(x, pos_q))
         if method is not None:
-            ctx = DecoderContext(None, pos_q, pos_k, True, cache=cache, rope=RopeRuntime(method, pos_k))
+            # the method replaces RoPE's hooks; a per-layer pattern's NoPE layers keep their own (none)
+            state = self.pe.prepare(pos_q, pos_k) if isinstance(self.pe, LayerPatternEncoding) else None
+            ctx = DecoderContext(state, pos_q, pos_k, True, cache=cache, rope=RopeRuntime(method, pos_k))
         else:
             ctx = DecoderContext(self.pe.prepare(pos_q, pos_k), pos_q, pos_k, True, cache=cache)
         for block in self.blocks:
@@ -71,27 +83,49 @@ class DecoderLM(nn.Module):
 
     # -- RoPE methods ---------------------------------------------------------------------------
     @property
+    def rope_encoding(self) -> RopeEncoding | None:
+        """The RoPE encoding extrapolation methods act on: the model's, or that of a per-layer
+        pattern whose other layers are NoPE (a method changes RoPE layers only, as Llama 4's rope
+        scaling leaves its NoPE layers alone); None for any other model."""
+        pe = self.decoder.pe
+        if isinstance(pe, LayerPatternEncoding):
+            ropes = [e for e in pe.encodings.values() if isinstance(e, RopeEncoding)]
+            others = [e for e in pe.encodings.values() if not isinstance(e, (RopeEncoding, NoEncoding))]
+            return ropes[0] if len(ropes) == 1 and not others else None
+        return pe if isinstance(pe, RopeEncoding) else None
+
+    @property
     def is_rope(self) -> bool:
-        return isinstance(self.decoder.pe, RopeEncoding)
+        return self.rope_encoding is not None
 
     def rope_spec(self):
         """The RopeSpec extrapolation methods are built from, or None for a non-RoPE model."""
         if not self.is_rope:
             return None
-        pe = self.decoder.pe
-        return RopeSpec(rotary_dim=pe.rotary_dim, base=pe.base, train_length=int(self.cfg.train_tokens or 0))
+        pe = self.rope_encoding
+        return RopeSpec(rotary_dim=pe.rotary_dim, base=pe.base, train_length=int(self.cfg.train_tokens or 0),
+                        fraction=pe.fraction)
 
     # -- forward --------------------------------------------------------------------------------
     def new_cache(self) -> DecoderCache:
         """A KV cache of un-rotated keys: decoding with it equals a full forward, every method."""
         return DecoderCache()
 
-    def forward(self, ids: torch.Tensor, cache: DecoderCache | None = None, method: Any = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, cache: DecoderCache | None = None, method: Any = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         """ids [B, T] -> logits [B, T, vocab]. With a cache, the tokens continue the cached ones
         (positions len(cache) ...) and the cache is extended. `method`: an extrapolation
-        method (RoPE models only); None = the encoding's own hooks."""
+        method (RoPE models only); None = the encoding's own hooks. `positions` [B|1, T]: a
+        training sampler's positions (lengen.positions) instead of 0..T-1; training only, so
+        neither a cache nor a method goes with them."""
         if method is not None and not self.is_rope:
-            raise LengenError(f"extrapolation methods apply to RoPE models only; this model uses {self.cfg.pe!r}")
+            raise LengenError(f"extrapolation methods apply to RoPE models only; this model uses {pe_description(self.cfg)}")
+        if positions is not None:
+            if cache is not None or method is not None:
+                raise LengenError("sampled positions are for training: a forward with a KV cache or an "
+                                  "extrapolation method uses the positions 0..T-1")
+            h = self.decoder(self.embed(ids) * self.embed_scale, positions.to(ids.device))
+            return self.head(h).float()
         T = ids.shape[1]
         if cache is not None and cache.stale_for(method, len(cache) + T):
             # new frequencies (dynamic NTK): the deeper layers' cached keys are stale; re-run all

@@ -14,8 +14,10 @@ from lengen.options import coerce_value, config_from_table, get_path
 LM_OPTIONS = {
     "pe": "model.pe", "pe_options": "model.pe_options", "layers": "model.num_layers", "heads": "model.num_heads",
     "d_model": "model.d_model", "d_ff": "model.d_ff", "dropout": "model.dropout",
-    "max_position": "model.max_position", "logit_scale": "model.logit_scale", "corpus": "corpus",
-    "val_fraction": "val_fraction", "train_length": "train_length", "steps": "steps",
+    "max_position": "model.max_position", "logit_scale": "model.logit_scale",
+    "logit_scale_options": "model.logit_scale_options", "layer_pe": "model.layer_pe", "corpus": "corpus",
+    "val_fraction": "val_fraction", "train_length": "train_length", "positions": "positions",
+    "position_options": "position_options", "steps": "steps",
     "batch_size": "batch_size", "lr": "lr", "warmup": "warmup", "weight_decay": "weight_decay",
     "grad_clip": "grad_clip", "seed": "seed", "checkpoint_every": "checkpoint_every",
     "log_every": "log_every", "val_windows": "val_windows", "device": "device", "precision": "precision",

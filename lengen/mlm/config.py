@@ -48,6 +48,8 @@ class MLMConfig:
                 "log_every"]
     #: where a run executes, not what it computes
     RUNTIME = ["device"]
+    #: fields added after MLM sweeps existed, with their defaults (lengen.sweeps.spec.run_id)
+    ADDED_FIELDS = {"model.layer_pe": None, "model.logit_scale_options": {}}
 
     def __post_init__(self):
         self.model.train_tokens = self.train_length  # m of log-n scaling
@@ -72,7 +74,7 @@ class MLMConfig:
         check_precision(self.precision)
         if self.model.causal:
             raise LengenError("a masked LM is bidirectional: causal must be False")
-        if self.model.logit_scale != "none":
+        if self.model.logit_scale in ("log_n", "log_n_clipped", "log_n_position"):
             raise LengenError("log-n scaling is a test-time switch for a masked LM (every training window has "
                               "train_length tokens, where the factor is 1): leave logit_scale at 'none' and "
                               "use `lengen mlm eval --log-n on`")

@@ -8,7 +8,8 @@ the test positions (torch generators seeded from `seed`) depend on the seed and 
 only, so every variant and every run scores the same tokens at the same positions.
 
 log-n at test time: ModelConfig.logit_scale is read by the attention on every forward pass, so
-the evaluation sets it to "log_n" for the "+logn" variants and to "none" otherwise. The factor
+the evaluation sets it to "log_n" for the "+logn" variants and to the trained one otherwise ("none",
+or ssmax / llama4_temperature, whose runs evaluate without the log-n variants). The factor
 is log(n)/log(m) with m = ModelConfig.train_tokens = the training length (lengen.models.
 logit_scaling): exactly 1 at n = m, so at the training length both variants are identical."""
 
@@ -119,7 +120,7 @@ def validate(model: MaskedLM, corpus, cfg: MLMConfig) -> dict:
     mode = default_test_mode(cfg.positions)
     positions = eval_positions(evaluation_sampler(mode, cfg.model.max_position), len(windows), cfg.train_length)
     was = model.cfg.logit_scale
-    model.cfg.logit_scale = "none"
+    model.cfg.logit_scale = test_scale(was, False)
     try:
         m = masked_scores(model_logits_fn(model, cfg.precision), inputs, targets, positions, cfg.train_length)
     finally:
@@ -163,7 +164,18 @@ class MLMEvalConfig:
             self.lengths = sorted(set(self.lengths))
             if not self.test_positions:
                 self.test_positions = ["random", "uniform"] if cfg.positions == "randomized" else ["standard"]
+            if cfg.model.logit_scale != "none":  # trained with its own scaling (ssmax, ...): log-n would replace it
+                if self.log_n == "on":
+                    raise LengenError(f"--log-n on: this run trained with logit_scale {cfg.model.logit_scale!r}, "
+                                      "which its evaluation keeps; log-n would replace it (use --log-n off)")
+                self.log_n = "off"
             self.test_positions = list(dict.fromkeys(self.test_positions))
+
+
+def test_scale(trained: str, log_n: bool) -> str:
+    """The logit scaling of an evaluation: log_n when switched on (only for a run trained without
+    scaling, MLMEvalConfig.validate), else the one it trained with (none, ssmax, ...)."""
+    return "log_n" if log_n else trained
 
 
 def load_run(run_dir: str | Path, device="cpu") -> tuple[MLMConfig, MaskedLM]:
@@ -213,7 +225,7 @@ def evaluate_mlm(run_dir: str | Path, ecfg: MLMEvalConfig, out_dir: str | Path |
                              **unigram_scores(corpus, inputs, targets, cfg.train_length), "windows": len(windows)})
             for mode, ln in variants:
                 positions = eval_positions(samplers[mode], len(windows), L, ecfg.seed)
-                model.cfg.logit_scale = "log_n" if ln else "none"
+                model.cfg.logit_scale = test_scale(trained_scale, ln)
                 s = masked_scores(fn, inputs, targets, positions, cfg.train_length, ecfg.batch_size)
                 rows.append({"method": mode + ("+logn" if ln else ""), "test_positions": mode, "log_n": ln,
                              "length": L, **s, "windows": len(windows)})

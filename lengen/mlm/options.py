@@ -13,6 +13,7 @@ MLM_OPTIONS = {
     "pe": "model.pe", "pe_options": "model.pe_options", "layers": "model.num_layers", "heads": "model.num_heads",
     "d_model": "model.d_model", "d_ff": "model.d_ff", "dropout": "model.dropout",
     "max_position": "model.max_position", "key_norm": "model.key_norm",
+    "logit_scale": "model.logit_scale", "logit_scale_options": "model.logit_scale_options", "layer_pe": "model.layer_pe",
     "corpus": "corpus", "val_fraction": "val_fraction", "train_length": "train_length",
     "positions": "positions", "position_options": "position_options", "mask_rate": "mask_rate",
     "steps": "steps", "batch_size": "batch_size", "lr": "lr", "warmup": "warmup",

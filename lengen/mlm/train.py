@@ -26,8 +26,7 @@ from lengen.mlm.config import MLMConfig
 from lengen.mlm.evaluate import validate
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
-from lengen.positions import PositionSampler, build_sampler
-from lengen.positions.standard import StandardPositions
+from lengen.positions import PositionSampler, build_sampler, draw_positions
 from lengen.training.setup import check_positions_fit, default_test_mode
 
 
@@ -58,13 +57,6 @@ def build_run(cfg: MLMConfig) -> tuple[MaskedLM, PositionSampler]:
     model = build_model(cfg)
     check_positions_fit(model.pe, sampler, cfg.train_length, f"training with {cfg.positions!r} positions")
     return model, sampler
-
-
-def draw_positions(sampler: PositionSampler, length: int, batch: int, gen: torch.Generator) -> torch.Tensor:
-    """Positions [B, T], one draw per sequence ([1, T] for the standard sampler, which draws nothing)."""
-    if isinstance(sampler, StandardPositions):
-        return sampler(length, gen)
-    return torch.cat([sampler(length, gen) for _ in range(batch)])
 
 
 def mlm_loss(model: MaskedLM, inputs: torch.Tensor, targets: torch.Tensor, positions: torch.Tensor,

@@ -24,7 +24,7 @@ from torch import nn
 from lengen import kernels
 from lengen.kernels.small_attention import causal_additive_mask
 from lengen.models.config import ModelConfig
-from lengen.models.logit_scaling import logit_scale_factor
+from lengen.models.logit_scaling import logit_scale_factor, ssmax_init
 
 
 @dataclass
@@ -115,6 +115,8 @@ class SelfAttention(nn.Module):
         self.pe = [pe]  # a list so the shared encoding is not registered once per layer
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        if cfg.logit_scale == "ssmax":  # SSMax's learnable s, one per head (lengen.models.logit_scaling)
+            self.ssmax_s = nn.Parameter(torch.full((cfg.num_heads,), ssmax_init(cfg)))
 
     def project(self, x: torch.Tensor):
         return split_heads(self.qkv(x), self.cfg.num_heads)  # each [B, H, T, hd]
@@ -132,7 +134,8 @@ class SelfAttention(nn.Module):
             scale = 1.0
         if transform is not None:
             q, k = transform(q, k)
-        factor = logit_scale_factor(cfg, pos_q, k.shape[-2] if keys is None else keys)
+        factor = logit_scale_factor(cfg, pos_q, k.shape[-2] if keys is None else keys, self.layer,
+                                    getattr(self, "ssmax_s", None))
         if factor is not None:
             if isinstance(factor, torch.Tensor):
                 q = q * factor.to(q.dtype)  # per-query factor, [B|1, 1, Tq, 1]

@@ -16,7 +16,7 @@ ARCHITECTURE_LABELS = {"transformer": "Transformer", "rnn": "RNN", "lstm": "LSTM
 MEMORY_ARCHITECTURES = ("stack_rnn", "tape_rnn")
 #: fields only the Transformer reads (train_tokens is filled in by the run setup for every model)
 TRANSFORMER_FIELDS = ("num_layers", "num_heads", "d_model", "d_ff", "dropout", "norm", "causal", "pe", "pe_options",
-                      "max_position", "embed_scale", "logit_scale", "key_norm")
+                      "layer_pe", "max_position", "embed_scale", "logit_scale", "logit_scale_options", "key_norm")
 #: fields only the recurrent models read (the memory ones only the Stack-RNN and Tape-RNN)
 RECURRENT_FIELDS = ("hidden_size", "memory_cell_size", "memory_size")
 MEMORY_FIELDS = ("memory_cell_size", "memory_size")
@@ -50,10 +50,15 @@ class ModelConfig:
     norm: str = "post"          # "post" (x = LN(x + f(x)), the seed paper) or "pre"
     causal: bool = False        # encoder (False) or decoder (True)
     pe: str = "rope"            # positional encoding, a name in lengen.encodings.ENCODINGS
-    pe_options: dict = field(default_factory=dict)  # encoding-specific options
+    pe_options: dict = field(default_factory=dict)  # encoding-specific options (of `pe` only)
+    # per-layer encodings, repeated cyclically over the layers (["rope", "rope", "rope", "none"]:
+    # RoPE with every 4th layer NoPE, as Llama 4 / SmolLM3 / RNoPE); None: every layer uses `pe`.
+    # `pe` must be one of them; pe_options apply to it, the other names take their defaults
+    layer_pe: list[str] | None = None
     max_position: int = 2048    # positions live in [0, max_position): learned-table size, randomized range
     embed_scale: bool = True    # token embedding x sqrt(d_model)
-    logit_scale: str = "none"   # attention logit scaling variant (see lengen.models.attention)
+    logit_scale: str = "none"   # attention logit scaling variant (see lengen.models.logit_scaling)
+    logit_scale_options: dict = field(default_factory=dict)  # its options (ssmax: s_init; llama4_temperature: ...)
     key_norm: bool = False      # L2-normalise keys (see lengen.models.attention)
     # tokens in the longest training sequence: m of log-n scaling, FIRE's initial threshold and the
     # L0 of RoPE methods. Not TrainConfig.train_length (N, the CHE input length): for a CHE model
@@ -72,6 +77,16 @@ class ModelConfig:
         """A ModelConfig from a saved dict, older key names included (TypeError for unknown keys)."""
         d = {cls.RENAMED.get(k, k): v for k, v in d.items()}
         return cls(**d)
+
+    def __post_init__(self):
+        if isinstance(self.layer_pe, str):  # "rope,rope,rope,none", as the command line and sweep files write it
+            self.layer_pe = [x.strip() for x in self.layer_pe.split(",")]
+        elif isinstance(self.layer_pe, tuple):
+            self.layer_pe = list(self.layer_pe)
+
+    def layer_encoding(self, layer: int) -> str:
+        """The encoding name of block `layer` (0-based): `layer_pe` repeated, or `pe`."""
+        return self.layer_pe[layer % len(self.layer_pe)] if self.layer_pe else self.pe
 
     @property
     def head_dim(self) -> int:
@@ -115,6 +130,15 @@ class ModelConfig:
             raise LengenError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.norm not in ("post", "pre"):
             raise LengenError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.layer_pe is not None:
+            pattern = self.layer_pe
+            if not pattern or not all(isinstance(x, str) and x for x in pattern):
+                raise LengenError(f"layer-pe must list encoding names separated by commas, got {pattern!r}")
+            if len(pattern) > self.num_layers:
+                raise LengenError(f"layer-pe lists {len(pattern)} layers but the model has {self.num_layers}")
+            if self.pe not in pattern:
+                raise LengenError(f"layer-pe {','.join(pattern)} must include the model's pe {self.pe!r}, "
+                                  "whose pe options it carries (the other names take their defaults)")
 
 
 #: messages for a key that marks another kind of run directory

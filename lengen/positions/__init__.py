@@ -1,9 +1,12 @@
 """Position samplers by name. Training uses `standard`, `randomized` (or later ones); the test-time
 modes of a randomized run are `random` (sample as in training), `uniform` and `standard`."""
 
+import torch
+
 from lengen.errors import LengenError
 from lengen.positions.base import PositionSampler
 from lengen.positions.equal_mean import EqualMeanPositions
+from lengen.positions.pose import PoSEPositions
 from lengen.positions.randomized import RandomizedPositions
 from lengen.positions.standard import StandardPositions
 from lengen.positions.uniform import UniformPositions
@@ -14,6 +17,7 @@ SAMPLERS.add("standard", StandardPositions)
 SAMPLERS.add("randomized", RandomizedPositions)
 SAMPLERS.add("uniform", UniformPositions)
 SAMPLERS.add("equal_mean", EqualMeanPositions)
+SAMPLERS.add("pose", PoSEPositions)
 
 #: test-time position modes: name -> sampler name
 TEST_MODES = {"random": "randomized", "uniform": "uniform", "standard": "standard"}
@@ -30,4 +34,12 @@ def evaluation_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
     return build_sampler(TEST_MODES[mode], max_position=max_position)
 
 
-__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "evaluation_sampler"]
+def draw_positions(sampler: PositionSampler, length: int, batch: int, gen: torch.Generator) -> torch.Tensor:
+    """Positions [B, T], one draw per sequence ([1, T] for the standard sampler, which draws
+    nothing): the corpus models' training positions (lengen.lm, lengen.mlm)."""
+    if isinstance(sampler, StandardPositions):
+        return sampler(length, gen)
+    return torch.cat([sampler(length, gen) for _ in range(batch)])
+
+
+__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "draw_positions", "evaluation_sampler"]

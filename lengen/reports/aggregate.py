@@ -6,7 +6,8 @@ A run's *variant* is everything that defines a column of the paper's tables: the
 position sampler and any other option that varies in the sweep, except the task (rows), the
 learning rate and the seed (what the cells maximise or average over). Labels follow the paper:
 `rope` for standard positions, `r_rope` for randomized ones, `rope (equal_mean)` for any other
-sampler, with other varying options appended (`rope, logit_scale=log_n`). A recurrent baseline's
+sampler (under its paper's name where lengen.reports.lm_aggregate.POSITION_LABELS has one:
+`rope (PoSE)`), with other varying options appended (`rope, logit_scale=log_n`). A recurrent baseline's
 column is its architecture (`Stack-RNN`), after the Transformer's columns, with only the options
 it reads appended (`Stack-RNN, memory_size=64`).
 
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
+from lengen.reports.lm_aggregate import option_label, position_label
 from lengen.reports.stats import summarize
 from lengen.tasks import TASK_NAMES, get_task
 from lengen.training.config import options_not_read
@@ -68,8 +70,9 @@ def variant_label(row, columns: list[str]) -> str:
                  if c not in ("pe", "positions") and c.split(".")[0] not in unread and pd.notna(row[c])]
         return ", ".join([ARCHITECTURE_LABELS.get(arch, arch), *extra])
     pe, positions = row["pe"], row["positions"]
-    label = f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD else f"{pe} ({positions})"
-    extra = [f"{c}={_fmt(row[c])}" for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
+    label = (f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD
+             else f"{pe} ({position_label(positions)})")
+    extra = [option_label(c, row[c], _fmt) for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
     return ", ".join([label, *extra])
 
 

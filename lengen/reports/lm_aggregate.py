@@ -12,7 +12,7 @@ Inputs (see lengen/reports/lm.py):
 A *variant* (a row of the table, a line of the figure) is a run's encoding, the evaluation method
 when it is not plain evaluation, and every option that varies between runs of the same encoding,
 except the seed (what the cells average over). Labels follow the paper: `NoPE`, `RoPE`, `ALiBi`,
-`Kerple`, `T5's RPE`, `FIRE`, `FIRE-S`; a training-free method is appended with " + " as its spec
+`Kerple`, `T5's RPE`, `FIRE`, `FIRE-S` (and the later papers' `p-RoPE`, `FoPE`); a training-free method is appended with " + " as its spec
 (`RoPE + pi:factor=8`), other varying options with ", " (`FIRE, lr=0.001`).
 
 Cells: mean, sample std (ddof 1) and 95% t interval (lengen.reports.stats) over seeds of the log
@@ -35,7 +35,13 @@ from lengen.reports.stats import summarize
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
              "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
              "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
-             "sandwich": "Sandwich", "cope": "CoPE"}
+             "sandwich": "Sandwich", "p_rope": "p-RoPE", "fope": "FoPE",
+             "cope": "CoPE"}
+
+#: training position samplers under their papers' names; any other name is shown as given
+POSITION_LABELS = {"pose": "PoSE"}
+#: logit scalings shown by name alone (the log-n ones keep `logit_scale=log_n`)
+LOGIT_SCALE_LABELS = {"ssmax": "SSMax", "llama4_temperature": "Llama 4 temperature"}
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
@@ -47,6 +53,38 @@ METRICS = ("ppl", "accuracy")
 def encoding_label(pe) -> str:
     """The paper's name of an encoding (`rope` -> `RoPE`); an unknown name as given."""
     return PE_LABELS.get(str(pe), str(pe))
+
+
+def position_label(positions) -> str:
+    """The paper's name of a position sampler (`pose` -> `PoSE`); an unknown name as given."""
+    return POSITION_LABELS.get(str(positions), str(positions))
+
+
+def pattern_names(value) -> list[str]:
+    """A layer_pe value as a list of names: a list, or text as results tables hold it
+    ("rope,rope,rope,none"; a list's repr "['rope', 'none']" is read too)."""
+    if isinstance(value, (list, tuple)):
+        return [str(x) for x in value]
+    text = str(value).strip().strip("[]")
+    return [x.strip().strip("'\"") for x in text.split(",") if x.strip()]
+
+
+def layer_pattern_label(value) -> str:
+    """`RoPE/NoPE 3:1` for the per-layer encodings rope,rope,rope,none: the encodings in order of
+    first appearance and how many layers of the pattern each has."""
+    names = pattern_names(value)
+    counts = {n: names.count(n) for n in dict.fromkeys(names)}
+    return "/".join(encoding_label(n) for n in counts) + " " + ":".join(str(c) for c in counts.values())
+
+
+def option_label(column: str, value, fmt=str) -> str:
+    """How a varying option names a variant: `RoPE/NoPE 3:1` for a layer pattern, `SSMax` for
+    logit_scale=ssmax, else `column=value` (`fmt` formats the value)."""
+    if column == "layer_pe":
+        return layer_pattern_label(value)
+    if column == "logit_scale" and str(value) in LOGIT_SCALE_LABELS:
+        return LOGIT_SCALE_LABELS[str(value)]
+    return f"{column}={fmt(value)}"
 
 
 def is_plain_method(method) -> bool:
@@ -78,13 +116,21 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def variant_label(pe, method=None, options: dict | None = None) -> str:
-    """`RoPE`, `RoPE + pi:factor=8`, `FIRE, lr=0.001`: the encoding's name, the method unless it is
-    plain evaluation, then the options (NaN ones left out)."""
-    label = encoding_label(pe)
+def variant_label(pe, method=None, options: dict | None = None, labels: dict | None = None) -> str:
+    """`RoPE`, `RoPE + pi:factor=8`, `FIRE, lr=0.001`, `RoPE, PoSE`: the encoding's name (from
+    `labels`, default PE_LABELS), the method unless it is plain evaluation, then the options (NaN
+    ones left out; a varying training sampler by its name alone, none for standard positions)."""
+    label = (PE_LABELS if labels is None else labels).get(str(pe), str(pe))
     if not is_plain_method(method):
         label += f" + {method}"
-    extra = [f"{k}={_fmt(v)}" for k, v in (options or {}).items() if not (np.ndim(v) == 0 and pd.isna(v))]
+    extra = []
+    for k, v in (options or {}).items():
+        if np.ndim(v) == 0 and pd.isna(v):
+            continue
+        if k == "positions":
+            extra += [] if str(v) == "standard" else [position_label(v)]
+        else:
+            extra.append(option_label(k, v, _fmt))
     return ", ".join([label, *extra])
 
 

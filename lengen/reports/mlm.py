@@ -45,7 +45,8 @@ def add_variants(runs: pd.DataFrame) -> pd.DataFrame:
     the same positions (NaN ones left out)."""
     runs = runs.copy()
     cols = lm_aggregate.option_columns(runs, by="positions", skip=NOT_VARIANT)
-    runs["variant"] = [lm_aggregate.variant_label(r["positions"], None, {c: r[c] for c in cols})
+    runs["variant"] = [lm_aggregate.variant_label(r["positions"], None, {c: r[c] for c in cols},
+                                                  labels=lm_aggregate.POSITION_LABELS)
                        for _, r in runs.iterrows()]
     return runs
 

@@ -28,6 +28,8 @@ _HIDDEN = {"device"}
 def _flat(name: str, value) -> dict:
     if isinstance(value, dict):
         return {f"{name}.{k}": v for k, v in sorted(value.items())}
+    if isinstance(value, list):  # layer_pe: as the command line writes it, "rope,rope,rope,none"
+        return {name: ",".join(str(v) for v in value)}
     return {name: value}
 
 

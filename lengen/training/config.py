@@ -40,7 +40,7 @@ class TrainConfig:
     #: fields added after sweeps existed, with their defaults: a sweep run id leaves them out while
     #: they keep that default (lengen.sweeps.spec.run_id), so old sweep folders resume
     ADDED_FIELDS = {"model.architecture": "transformer", "model.hidden_size": 256, "model.memory_cell_size": 8,
-                    "model.memory_size": None}
+                    "model.memory_size": None, "model.layer_pe": None, "model.logit_scale_options": {}}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,7 +84,7 @@ TRAIN_OPTIONS = {
     "log_every": "log_every", "max_position": "model.max_position", "layers": "model.num_layers",
     "heads": "model.num_heads", "d_model": "model.d_model", "d_ff": "model.d_ff",
     "dropout": "model.dropout", "norm": "model.norm", "logit_scale": "model.logit_scale",
-    "key_norm": "model.key_norm", "grad_clip": "grad_clip", "device": "device", "precision": "precision",
+    "logit_scale_options": "model.logit_scale_options", "layer_pe": "model.layer_pe", "key_norm": "model.key_norm", "grad_clip": "grad_clip", "device": "device", "precision": "precision",
     "model": "model.architecture", "hidden_size": "model.hidden_size",
     "memory_cell_size": "model.memory_cell_size", "memory_size": "model.memory_size",
 }

@@ -37,9 +37,13 @@ class ModelStack:
     def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], dropout_gens, device):
         self.models, self.device = models, device
         self.n = len(models)
-        self.names = [n for n, _ in models[0].named_parameters()]
+        self.names = [n for n, p in models[0].named_parameters() if p.requires_grad]
         self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).to(device)
                        .requires_grad_(True) for n in self.names}
+        # parameters that do not train (FoPE's fixed coefficients) still differ between members
+        # (each drew its own at init): stacked too, outside Adam, so each member reads its own
+        self.frozen = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).to(device)
+                       for n, p in models[0].named_parameters() if not p.requires_grad}
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.adam_step = 0
@@ -95,7 +99,7 @@ class ModelStack:
                  members: torch.Tensor | None = None):
         """Logits [M, B, O, V] of the models `members` (indices into the stack; None: all N) on
         their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
-        params = self.params
+        params = {**self.params, **self.frozen}
         if members is not None:
             params = {n: p.index_select(0, members) for n, p in params.items()}
         self.pe.check_positions(pos)  # outside vmap: the check reads values

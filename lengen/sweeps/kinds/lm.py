@@ -31,7 +31,7 @@ from lengen.lm.loop import EVAL_FILE
 from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
 from lengen.lm.options import LM_OPTIONS, coerce_lm_option, lm_config_from_options, lm_option_values
-from lengen.lm.train import train_lm
+from lengen.lm.train import build_train_sampler, train_lm
 from lengen.options import coerce_value
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY, check_protocol_options
@@ -133,6 +133,7 @@ class LMKind(SweepKind):
         except (TypeError, ValueError) as e:  # an encoding option of the wrong type or value
             raise LengenError(f"encoding {cfg.model.pe!r} with options {cfg.model.pe_options}: "
                               f"{' '.join(str(e).split())}") from None
+        build_train_sampler(cfg, model.decoder.pe)  # pose's target, a table too short: refused now
         methods = ecfg.methods or default_methods(model.is_rope, cfg.train_length, max(ecfg.lengths))
         resolve_methods(sweep_methods(methods, model.is_rope), model)
         load_corpus(cfg.corpus, cfg.val_fraction)  # a missing corpus fails now (then it is cached)
