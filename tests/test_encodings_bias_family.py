@@ -30,7 +30,9 @@ def logits(enc, layer, q, k, pos):
     q2, k2 = enc.transform_qk(layer, state, q, k)
     out = q2 @ k2.transpose(-1, -2) / math.sqrt(q.shape[-1])
     b = enc.bias(layer, state)
-    return out if b is None else out + b
+    out = out if b is None else out + b
+    c = enc.qk_bias(layer, state, q2, k2, 1 / math.sqrt(q.shape[-1]), enc.cfg.causal)
+    return out if c is None else out + c
 
 
 def causal_part(bias):
@@ -337,7 +339,7 @@ def test_relative_encodings_are_shift_invariant(pe, causal):
     a = logits(enc, 1, q, k, pos)
     for shift in (37, 1000):
         assert torch.allclose(a, logits(enc, 1, q, k, pos + shift), atol=2e-4), shift
-    if pe != "none":  # and positions do matter
+    if pe not in ("none", "cope"):  # and positions do matter (CoPE counts gates, reads no position)
         assert not torch.allclose(a, logits(enc, 1, q, k, pos * 3), atol=1e-3)
 
 

@@ -26,7 +26,8 @@ from lengen.training.run_dir import RunDir
 from lengen.training.setup import build_run
 
 ALL_ENCODINGS = ["none", "sincos", "learned", "relative", "alibi", "rope", "t5", "kerple_log", "kerple_power",
-                 "sandwich", "fire", "fire_shared", "p_rope", "fope"]
+                 "sandwich", "fire", "fire_shared", "p_rope", "fope",
+                 "cope"]
 SEEDS_LRS = [(0, 3e-4), (1, 5e-4), (2, 1e-3)]
 
 
@@ -119,6 +120,7 @@ def test_group_equals_solo_runs(tmp_path, pe):
     ("kerple_log", "standard", {"causal": True, "logit_scale": "log_n_position", "norm": "pre"}),
     ("p_rope", "equal_mean", {"pe_options": {"fraction": 0.5}}),
     ("fope", "randomized", {"pe_options": {"learnable": True}}),  # A trained in the stack
+    ("cope", "randomized", {"causal": True, "logit_scale": "log_n_position", "key_norm": True}),
 ])
 def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model):
     cfgs = [tiny(pe, seed, lr, model=model, positions=positions) for seed, lr in SEEDS_LRS[:2]]

@@ -95,7 +95,7 @@ def test_bad_options():
 
 
 FUNCTIONAL = ["none", "sincos", "rope", "alibi", "relative", "kerple_log", "kerple_power", "sandwich",
-              "fire", "fire_shared", "p_rope", "fope"]
+              "fire", "fire_shared", "p_rope", "fope", "cope"]
 
 
 @pytest.mark.parametrize("pe", ENCODINGS.names())

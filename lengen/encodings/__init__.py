@@ -7,6 +7,7 @@ import inspect
 
 from lengen.encodings.alibi import AlibiEncoding
 from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.cope import CopeEncoding
 from lengen.encodings.fire import FireEncoding, FireSharedEncoding
 from lengen.encodings.fope import FopeEncoding
 from lengen.encodings.kerple import KerpleLogEncoding, KerplePowerEncoding
@@ -37,6 +38,7 @@ ENCODINGS.add("fire", FireEncoding)
 ENCODINGS.add("fire_shared", FireSharedEncoding)
 ENCODINGS.add("p_rope", PRopeEncoding)
 ENCODINGS.add("fope", FopeEncoding)
+ENCODINGS.add("cope", CopeEncoding)
 
 
 def _build_one(cfg, name: str, options: dict) -> PositionalEncoding:

@@ -1,13 +1,16 @@
 """The interface every positional encoding implements.
 
 Positions are data: the model passes a position tensor (int or float, shape [1, T] shared by the
-batch or [B, T]) and each encoding reads what it needs from it. An encoding may use any of three
+batch or [B, T]) and each encoding reads what it needs from it. An encoding may use any of five
 hooks, which the model calls in this order:
 
   embed(x, pos)                        absolute encodings add to the token embeddings
   prepare(pos_q, pos_k) -> state       once per forward pass: work shared by all layers
   transform_qk(layer, state, q, k)     rotate or augment queries/keys (RoPE, Transformer-XL)
   bias(layer, state) -> [B|1,H,Tq,Tk]  an additive attention bias (ALiBi, T5, FIRE, ...)
+  qk_bias(layer, state, q, k, scale, causal) -> [B,H,Tq,Tk]
+                                       an additive bias computed from the queries and keys
+                                       themselves (content-dependent positions: CoPE)
 
 Tensors q, k are [B, H, T, head_dim]. `transform_qk` may return a wider head dim (the extra
 columns join the dot product); the softmax scale is fixed beforehand from the model's head dim.
@@ -85,6 +88,14 @@ class PositionalEncoding(nn.Module):
         return q, k
 
     def bias(self, layer: int, state: Any) -> torch.Tensor | None:
+        return None
+
+    def qk_bias(self, layer: int, state: Any, q: torch.Tensor, k: torch.Tensor, scale: float,
+                causal: bool) -> torch.Tensor | None:
+        """An additive bias [B, H, Tq, Tk] that reads q and k as the softmax sees them (after key
+        norm, `transform_qk` and logit scaling: logits = scale * q.k + bias + qk_bias). `causal`:
+        the Tq queries are the last Tq of the Tk keys (a KV cache holds the earlier ones). None
+        (the default) costs nothing; a bias from it materialises B x H x Tq x Tk."""
         return None
 
 

@@ -82,6 +82,10 @@ class LayerPatternEncoding(PositionalEncoding):
         name = self.cfg.layer_encoding(layer)
         return self.encodings[name].bias(layer, None if state is None else state[name])
 
+    def qk_bias(self, layer, state, q, k, scale, causal):
+        name = self.cfg.layer_encoding(layer)
+        return self.encodings[name].qk_bias(layer, None if state is None else state[name], q, k, scale, causal)
+
 
 def build_pattern(cfg, build_one) -> LayerPatternEncoding:
     """The LayerPatternEncoding of cfg.layer_pe; `build_one(name, options)` builds one encoding

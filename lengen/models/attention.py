@@ -145,14 +145,19 @@ class SelfAttention(nn.Module):
 
     def _logit_inputs(self, q, k, ctx: AttentionContext):
         """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
-        causal mask; `attend` and `attention_probs` both go through it. A stack member's padded
-        keys are in the bias (-inf)."""
+        causal mask; `attend` and `attention_probs` both go through it. The bias is the encoding's
+        position bias plus its q/k-dependent one (`qk_bias`, CoPE), which reads q, k after every
+        other step. A stack member's padded keys are in the bias (-inf)."""
         pe, stack = self.pe[0], ctx.stack
         q, k, scale = self.scaled_qk(q, k, ctx.pos_q, lambda q, k: pe.transform_qk(self.layer, ctx.pe_state, q, k),
                                      keys=None if stack is None else stack.real_keys)
         bias = pe.bias(self.layer, ctx.pe_state)
         if bias is not None:
             bias = bias.to(q.dtype)
+        content = pe.qk_bias(self.layer, ctx.pe_state, q, k, scale, ctx.causal)
+        if content is not None:
+            content = content.to(q.dtype)
+            bias = content if bias is None else bias + content
         if stack is not None:
             padding = stack.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
             bias = padding if bias is None else bias + padding

@@ -35,7 +35,8 @@ from lengen.reports.stats import summarize
 PE_LABELS = {"none": "NoPE", "nope": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "kerple": "Kerple",
              "kerple_log": "Kerple (log)", "kerple_power": "Kerple (power)", "t5": "T5's RPE", "fire": "FIRE",
              "fire_shared": "FIRE-S", "sincos": "Sinusoidal", "learned": "Learned", "relative": "Transformer-XL",
-             "sandwich": "Sandwich", "p_rope": "p-RoPE", "fope": "FoPE"}
+             "sandwich": "Sandwich", "p_rope": "p-RoPE", "fope": "FoPE",
+             "cope": "CoPE"}
 
 #: training position samplers under their papers' names; any other name is shown as given
 POSITION_LABELS = {"pose": "PoSE"}
