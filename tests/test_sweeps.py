@@ -67,6 +67,51 @@ def test_grid_is_the_cross_product_minus_exclusions_in_grid_order():
         assert r.config.model.d_model == 8 and r.config.steps == 20
 
 
+def test_variants_are_one_more_axis_with_the_runs_of_the_equivalent_grid():
+    """`variants:` bundles options; the runs (ids, configs, order) are those of the grid that
+    spells the same combinations out, the variant axis after the grid's keys."""
+    spec = parse_spec({"grid": {"seed": [0, 1]}, "fixed": {**TINY, "pe": "rope"},
+                       "variants": {"rope": {}, "r_rope": {"positions": "randomized"}, "nope": {"pe": "none"},
+                                    "rnope": {"layer_pe": "rope,none", "layers": 2}},
+                       "exclude": [{"variant": "nope", "seed": 1}]})
+    runs = expand(spec)
+    assert [tuple(r.point.values()) for r in runs] == [
+        (0, "rope"), (0, "r_rope"), (0, "nope"), (0, "rnope"), (1, "rope"), (1, "r_rope"), (1, "rnope")]
+    by_hand = {  # the same runs from plain grids, one per variant
+        "rope": {"fixed": {**TINY, "pe": "rope"}},
+        "r_rope": {"fixed": {**TINY, "pe": "rope", "positions": "randomized"}},
+        "nope": {"fixed": {**TINY, "pe": "none"}},
+        "rnope": {"fixed": {**TINY, "pe": "rope", "layer_pe": "rope,none", "layers": 2}},
+    }
+    for r in runs:
+        plain = expand(parse_spec({"grid": {"seed": [r.point["seed"]]}, **by_hand[r.point["variant"]]}))
+        assert [p.run_id for p in plain] == [r.run_id]
+    configs = {r.point["variant"]: r.config for r in runs if r.point["seed"] == 0}
+    assert configs["r_rope"].positions == "randomized" and configs["rope"].positions == "standard"
+    assert configs["nope"].model.pe == "none" and configs["rnope"].model.layer_pe == ["rope", "none"]
+    assert count_points(spec) == len(runs)
+    assert parse_spec({**spec.to_dict(), "fixed": spec.fixed}).variants == spec.variants  # saved and read back
+
+
+VARIANT_PROBLEMS = {
+    "a grid option": ({"grid": {"pe": ["rope"]}, "variants": {"a": {"pe": "none"}}},
+                      "variants.a.pe: also a `grid` option"),
+    "an unknown option": ({"variants": {"a": {"pee": "none"}}}, "variants.a.pee: unknown `lengen train` option"),
+    "a list value": ({"variants": {"a": {"lr": [1e-3, 1e-4]}}}, "variants.a.lr: a list belongs under `grid`"),
+    "two alike": ({"variants": {"a": {"pe": "none"}, "b": {"pe": "none"}}}, "variants.b: the same options"),
+    "an unknown variant excluded": ({"variants": {"a": {"pe": "none"}}, "exclude": [{"variant": "b"}]},
+                                    "exclude[0].variant: 'b' is not a variant"),
+    "not a mapping": ({"variants": ["rope", "nope"]}, "variants: must map variant names to options"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VARIANT_PROBLEMS))
+def test_a_bad_variants_section_is_named(case):
+    data, message = VARIANT_PROBLEMS[case]
+    with pytest.raises(LengenError, match=re.escape(message)):
+        parse_spec({"grid": {"seed": [0]}, "fixed": TINY, **data})
+
+
 def test_same_config_same_id_whatever_the_key_order(tmp_path):
     a = tmp_path / "a.yaml"
     a.write_text("name: a\ngrid:\n  seed: [0, 1]\n  pe: [rope, alibi]\nfixed:\n  task: parity_check\n  lr: 1e-3\n"

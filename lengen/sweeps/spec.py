@@ -14,6 +14,18 @@ options (lengen.sweeps.kinds.lm).
     exclude:
       - {pe: none, positions: randomized}     # no positions to randomize
 
+Methods that are settings of several options at once (RoPE with randomized positions, NoPE layers
+with a temperature) go under `variants:`, named bundles of options; the variants are one more axis
+of the grid, after the `grid:` keys (so it varies fastest), and a variant's options override `fixed`:
+
+    grid: {seed: [0, 1, 2], task: [bucket_sort]}
+    variants:
+      rope: {pe: rope}
+      r_rope: {pe: rope, positions: randomized}
+      rnope: {pe: rope, layer_pe: "rope,rope,rope,none"}
+    exclude:
+      - {variant: r_rope, task: bucket_sort}
+
 Every grid point becomes a config (TrainConfig, LMConfig); its run id is a hash of that whole config (less where it
 runs: the device), so the same run gets the same id from any file, in any key order. Every
 problem of a file (unknown option, wrong type, impossible combination) is found before anything
@@ -36,7 +48,9 @@ from lengen.options import check_finite, get_path
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 from lengen.sweeps.presets import preset_names, preset_path
 
-TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "exclude", "eval")
+TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "variants", "exclude", "eval")
+#: the grid axis `variants:` adds (a grid point's `variant` is the variant's name)
+VARIANT = "variant"
 
 
 class SweepSpecError(LengenError):
@@ -60,6 +74,18 @@ class SweepSpec:
     source: str = ""      # the YAML text, kept with the results
     command: str = "train"                # lengen.sweeps.kinds
     evaluation: dict | None = None        # command: lm: the `eval:` section (lengen lm eval options)
+    #: `variants:`: name -> options; one more grid axis after `grid`'s keys
+    variants: dict[str, dict] = field(default_factory=dict)
+
+    def axes(self) -> dict[str, list]:
+        """The grid's axes in order: `grid`'s keys, then `variant` (the variants' names)."""
+        return {**self.grid, **({VARIANT: list(self.variants)} if self.variants else {})}
+
+    def options_of(self, point: dict) -> dict:
+        """The options of a grid point: `fixed`, overridden by its variant's, and the grid's."""
+        point = dict(point)
+        variant = self.variants.get(point.pop(VARIANT, None), {})
+        return {**self.fixed, **variant, **point}
 
     @property
     def kind(self) -> SweepKind:
@@ -68,6 +94,8 @@ class SweepSpec:
     def to_dict(self) -> dict:
         d = {"name": self.name, "description": self.description, "grid": self.grid, "fixed": self.fixed,
              "exclude": self.exclude}
+        if self.variants:
+            d["variants"] = self.variants
         if self.command != "train":
             d.update(command=self.command, eval=self.evaluation)
         return d
@@ -170,6 +198,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         value = _coerce(kind, name, value, f"fixed.{key}", errors)
         if value is not _INVALID:
             fixed[name] = value
+    variants = _parse_variants(kind, data.get("variants"), grid, errors)
     # `lengen train --steps 0` evaluates an untrained model; in a sweep it is a forgotten value
     for where_, value in [*((f"grid.steps[{i}]", v) for i, v in enumerate(grid.get("steps", []))),
                           *([("fixed.steps", fixed["steps"])] if "steps" in fixed else [])]:
@@ -187,6 +216,14 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
         parsed = {}
         for key, value in rule.items():
             name = str(key).replace("-", "_")
+            if name == VARIANT and variants:
+                names = [str(v) for v in (value if isinstance(value, list) else [value])]
+                for v in names:
+                    if v not in variants:
+                        errors.append(f"exclude[{i}].variant: {v!r} is not a variant ({', '.join(variants)}), "
+                                      "so it excludes nothing")
+                parsed[VARIANT] = names
+                continue
             if name not in grid:
                 errors.append(f"exclude[{i}].{key}: not a grid option, so the rule can never apply; "
                               f"grid options: {', '.join(grid) or 'none'}")
@@ -204,7 +241,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
     name = data.get("name") or "sweep"
     spec = SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
                      description=str(data.get("description") or ""), source=source, command=command,
-                     evaluation=evaluation)
+                     evaluation=evaluation, variants=variants)
     if errors:
         if grid and command in KINDS:   # every problem in one round: what could be read is built too
             try:
@@ -213,6 +250,44 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
                 errors.extend(line for line in str(e).splitlines() if "every grid point is excluded" not in line)
         raise SweepSpecError("\n".join(errors))
     return spec
+
+
+def _parse_variants(kind: SweepKind, raw, grid: dict, errors: list[str]) -> dict[str, dict]:
+    """`variants:` checked: a mapping of names to mappings of options (each option checked as in
+    `fixed`; none of them a `grid` option, which would make the grid's value meaningless)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not raw:
+        errors.append("variants: must map variant names to options, e.g. r_rope: {pe: rope, positions: randomized}")
+        return {}
+    variants: dict[str, dict] = {}
+    for label, options in raw.items():
+        where = f"variants.{label}"
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            errors.append(f"{where}: must be a mapping of options (or empty for the defaults)")
+            continue
+        parsed = {}
+        for key, value in options.items():
+            name = _option_name(kind, key, f"{where}.{key}", errors)
+            if name is None:
+                continue
+            if name in grid:
+                errors.append(f"{where}.{key}: also a `grid` option; a variant cannot set what the grid varies")
+                continue
+            if isinstance(value, list):
+                errors.append(f"{where}.{key}: a list belongs under `grid` (a variant's values are single)")
+                continue
+            value = _coerce(kind, name, value, f"{where}.{key}", errors)
+            if value is not _INVALID:
+                parsed[name] = value
+        if parsed in variants.values():
+            errors.append(f"{where}: the same options as another variant (the same runs twice)")
+        variants[str(label)] = parsed
+    if VARIANT in grid:
+        errors.append("grid.variant: `variant` names the `variants:` axis; it is not an option")
+    return variants
 
 
 def load_spec(source: str | Path) -> SweepSpec:
@@ -247,8 +322,9 @@ def count_points(spec: SweepSpec) -> int:
     """The grid points left after `exclude`, without building or checking a config: what a
     listing needs (expand builds and validates every config, seconds for thousands of runs).
     Equals len(expand(spec)) unless two points give one config or some cannot run."""
-    keys = list(spec.grid)
-    return sum(1 for values in itertools.product(*(spec.grid[k] for k in keys))
+    axes = spec.axes()
+    keys = list(axes)
+    return sum(1 for values in itertools.product(*(axes[k] for k in keys))
                if not _excluded(dict(zip(keys, values)), spec.exclude))
 
 
@@ -256,17 +332,20 @@ def expand(spec: SweepSpec) -> list[SweepRun]:
     """The runs of a sweep, in grid order (the first grid key varies slowest), duplicates dropped;
     SweepSpecError listing every point that cannot run."""
     kind = spec.kind
-    keys = list(spec.grid)
+    axes = spec.axes()
+    keys = list(axes)
     runs: list[SweepRun] = []
     seen: set[str] = set()
     problems: dict[str, list[dict]] = {}
     built: dict[str, str | None] = {}  # structural key -> None (builds) or the error
-    for values in itertools.product(*(spec.grid[k] for k in keys)):
+    for values in itertools.product(*(axes[k] for k in keys)):
         point = dict(zip(keys, values))
         if _excluded(point, spec.exclude):
             continue
+        options = spec.options_of(point)
         try:
-            cfg = kind.config({**spec.fixed, **point}, frozenset(point))
+            # the variant's options count as the point's own (a kind may treat those differently)
+            cfg = kind.config(options, frozenset(set(point) - {VARIANT} | set(spec.variants.get(point.get(VARIANT), {}))))
             structural = kind.structural_key(cfg)
             if structural not in built:
                 try:
