@@ -7,7 +7,7 @@ Sizes: 1 layer, d_model 64, 4 heads, 4,000 steps of 64 problems at lr 3e-3, 10 p
 coupled ids below 16 (max_pos 15 = the 8-digit evaluation's largest id, 10, + 5; Cho et al.'s
 5-to-10-digit script keeps the same margin, 17 = 10 + 7 with 12 used), standard positions below 32
 (the 29 tokens of an 8-digit problem). One thread. Each run: about 50 s of CPU (measured, two seeds:
-0 and 1, on the 2-core dev machine under other load); the whole file 98 s of CPU. Planted bug: the
+0 and 1, on the 2-core dev machine under other load); the whole file 82-98 s of CPU. Planted bug: the
 ids in the reference note's direction (s + 1 + t) fail test_coupling_generalizes_to_8_digits.
 
 Measured with these settings (seeds 0 / 1 / 2): coupling 100% of the training cells, the 6-8-digit
