@@ -6,7 +6,7 @@ import torch
 
 from lengen.arith import get_arith_task
 from lengen.arith.abacus import AbacusEmbedding, abacus_ids, draw_offset
-from lengen.arith.formats import encode
+from lengen.arith.formats import answer_significance, encode
 from lengen.arith.positions import ARITH_POSITIONS
 from lengen.arith.problem import Problem
 from lengen.arith.vocab import BOS, EOS, EQUALS, PLUS, TIMES
@@ -56,16 +56,37 @@ def significance(problem, fmt):
 
 
 def test_coupled_ids_of_the_papers_example():
-    # Cho et al.: 57+68 -> [BOS] 5 7 + 6 8 = 5 2 1 [EOS], ids with s = 1
+    # Cho et al.'s code (AdditionDatasetWithCoupledPositions, s = start = 1): 57+68 -> [BOS] 5 7 + 6 8 = 5 2 1
+    # [EOS]; end = s + max_len + 1 = 4; a's digits and '+' get range(end - 2, end + 1) = 2, 3, 4, b's and
+    # '=' the same; the answer "125" gets range(end - 3, end) = 1, 2, 3, reversed with it to 3, 2, 1
     sig = significance(Problem((57, 68), "+", 125, (2, 2), 3), "padded")
     coupled = ARITH_POSITIONS.get("coupled")(max_position=20)
-    assert coupled(sig).tolist() == [[0, 3, 2, 1, 3, 2, 1, 2, 3, 4, 0]]
-    # a shorter operand is zero-padded and coupled by significance: 9+123=132 -> 009+123=2310
+    assert coupled(sig).tolist() == [[0, 2, 3, 4, 2, 3, 4, 3, 2, 1, 0]]
+    # a shorter operand is zero-padded and coupled by significance: 9+123=132 -> 009+123=2310, end = 5
     sig = significance(Problem((9, 123), "+", 132, (1, 3), 4), "padded")
-    assert coupled(sig).tolist() == [[0, 4, 3, 2, 1, 4, 3, 2, 1, 2, 3, 4, 5, 0]]
-    # reversed operands couple the same way: 89+54=341 -> the digit worth 10^t gets 2 + t
+    assert coupled(sig).tolist() == [[0, 2, 3, 4, 5, 2, 3, 4, 5, 4, 3, 2, 1, 0]]
+    # reversed operands couple the same way: 89+54=341, the digit worth 10^t gets 1 + 2 - t
     sig = significance(Problem((98, 45), "+", 143, (2, 2), 3), "reversed")
-    assert coupled(sig).tolist() == [[0, 2, 3, 1, 2, 3, 1, 2, 3, 4, 0]]
+    assert coupled(sig).tolist() == [[0, 3, 2, 4, 3, 2, 4, 3, 2, 1, 0]]
+    # the given answer width counts, not the digits written: 12+34=46 reversed "21+43=64", width 3
+    sig = significance(Problem((12, 34), "+", 46, (2, 2), 3), "reversed")
+    assert coupled(sig, answer_width=torch.tensor([[3]])).tolist() == [[0, 3, 2, 4, 3, 2, 4, 3, 2, 0]]
+
+
+def test_coupled_ids_while_decoding_are_those_of_the_whole_sequence():
+    # greedy decoding sees the prompt and the answer so far, each answer token's significance known in
+    # advance (formats.answer_significance); its ids must be the training sequence's, prefix by prefix
+    coupled = ARITH_POSITIONS.get("coupled")(max_position=30)
+    for fmt in ("padded", "reversed"):
+        for problem in (Problem((57, 68), "+", 125, (2, 2), 3), Problem((12, 34), "+", 46, (2, 2), 3),
+                        Problem((9, 12345), "+", 12354, (1, 5), 6)):
+            e = encode(problem, fmt)
+            width = torch.tensor([[e.answer_width]])
+            whole = coupled(torch.tensor([e.significance]), answer_width=width)[0].tolist()
+            for k in range(e.prompt_length, len(e.tokens)):
+                prefix = e.significance[:e.prompt_length] + [answer_significance(fmt, slot)
+                                                             for slot in range(k - e.prompt_length)]
+                assert coupled(torch.tensor([prefix]), answer_width=width)[0].tolist() == whole[:k], (fmt, problem)
 
 
 def test_coupled_training_offsets_shift_each_sequence_within_the_table():

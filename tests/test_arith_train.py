@@ -30,6 +30,14 @@ def test_loss_targets_are_the_answer_and_eos_only():
     assert batch.targets[1].tolist() == [IGNORE] * 4 + [2, 1, EOS] + [IGNORE] * 3
 
 
+def padded_width(operands: list[str], op: str, fmt: str) -> int:
+    """Digits of the widest answer operands of these lengths can have (the padded format's width)."""
+    values = [int(x[::-1]) if fmt == "reversed" else int(x) for x in operands]
+    digits = [len(str(v)) for v in values]   # the true digit counts, leading zeros of the padding dropped
+    widest = sum(10 ** d - 1 for d in digits) if op == "+" else (10 ** digits[0] - 1) * (10 ** digits[1] - 1)
+    return len(str(widest))
+
+
 def answer_text(operands: list[str], op: str, fmt: str) -> str:
     """What follows '=' in format `fmt`, computed from the prompt's digits with Python ints."""
     values = [int(x[::-1]) if fmt == "reversed" else int(x) for x in operands]
@@ -38,9 +46,7 @@ def answer_text(operands: list[str], op: str, fmt: str) -> str:
         return str(result)
     if fmt == "reversed":
         return str(result)[::-1]
-    digits = [len(str(v)) for v in values]   # the true digit counts, leading zeros of the padding dropped
-    widest = sum(10 ** d - 1 for d in digits) if op == "+" else (10 ** digits[0] - 1) * (10 ** digits[1] - 1)
-    return str(result).zfill(len(str(widest)))[::-1]
+    return str(result).zfill(padded_width(operands, op, fmt))[::-1]
 
 
 class Oracle(nn.Module):
@@ -66,8 +72,10 @@ class Oracle(nn.Module):
             operands = m.group(1).split(op)
             answer = answer_text(operands, op, self.fmt) + "</s>"
             done = len(m.group(2))
-            if self.positions == "coupled" and done:   # the last token is answer slot done - 1: id s + 1 + slot, s = 1
-                assert int(positions[row, -1]) == 1 + 1 + (done - 1)
+            if self.positions == "coupled" and done:
+                # the last token is answer slot done - 1; Cho et al.'s code, s = 1: end = s + width, slot j
+                # gets end - 1 - j
+                assert int(positions[row, -1]) == 1 + padded_width(operands, op, self.fmt) - 1 - (done - 1)
             if abacus_ids is not None and done:        # the answer's digits count from 1
                 assert int(abacus_ids[row, -1]) == done
             nxt = answer[done] if answer[done] != "<" else "</s>"

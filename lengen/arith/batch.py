@@ -19,6 +19,7 @@ class ArithBatch:
     tokens: torch.Tensor        # int64 [B, T], right-padded with PAD
     significance: torch.Tensor  # int64 [B, T], BOUNDARY on padding
     targets: torch.Tensor       # int64 [B, T - 1]: tokens[:, 1:] on answer tokens and EOS, else IGNORE
+    answer_width: torch.Tensor  # int64 [B, 1]: the widest answer of each problem's operands (coupled ids)
 
 
 def collate(encoded: list[Encoded]) -> ArithBatch:
@@ -32,4 +33,4 @@ def collate(encoded: list[Encoded]) -> ArithBatch:
         sig[row, :n] = torch.tensor(e.significance)
         # the token at index i predicts index i + 1: the answer starts at prompt_length
         targets[row, e.prompt_length - 1:n - 1] = tokens[row, e.prompt_length:n]
-    return ArithBatch(tokens, sig, targets)
+    return ArithBatch(tokens, sig, targets, torch.tensor([[e.answer_width] for e in encoded], dtype=torch.long))

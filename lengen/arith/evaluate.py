@@ -26,11 +26,12 @@ from lengen.training.run_dir import RunDir
 
 @torch.no_grad()
 def greedy(model, feeder: Feeder, fmt: str, tokens: torch.Tensor, significance: torch.Tensor,
-           steps: int) -> torch.Tensor:
-    """Decode `steps` tokens after the prompts tokens [B, P] (significance [B, P]); [B, steps]."""
+           steps: int, answer_width: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode `steps` tokens after the prompts tokens [B, P] (significance [B, P], the answers'
+    padded widths [B, 1]); [B, steps]."""
     out = []
     for slot in range(steps):
-        positions, ids = feeder(tokens, significance)
+        positions, ids = feeder(tokens, significance, answer_width=answer_width)
         nxt = model(tokens, positions.to(tokens.device), None if ids is None else ids.to(tokens.device))[:, -1].argmax(-1)
         out.append(nxt)
         if bool((torch.stack(out, 1) == EOS).any(1).all()):
@@ -72,7 +73,7 @@ def evaluate_model(model, cfg, digits: int, samples: int, seed: int, device: tor
                 targets = [encoded[i].tokens[prompt_length:] for i in chunk]
                 steps = max(map(len, targets))
                 out = greedy(model, feeder, cfg.format, batch.tokens[:, :prompt_length].to(device),
-                             batch.significance[:, :prompt_length], steps).cpu().tolist()
+                             batch.significance[:, :prompt_length], steps, batch.answer_width).cpu().tolist()
                 for i, predicted, target in zip(chunk, out, targets):
                     correct[i] = exact_match(predicted, target)
                 bar.update(len(chunk))

@@ -26,6 +26,7 @@ class Encoded:
     tokens: list[int]          # BOS ... '=' answer EOS
     significance: list[int]    # one per token
     prompt_length: int         # tokens up to and with '='; the answer and EOS follow
+    answer_width: int          # digits of the widest answer operands of these lengths can have
 
 
 def _number(value: int, width: int, reverse: bool) -> tuple[list[int], list[int]]:
@@ -55,7 +56,7 @@ def encode(problem: Problem, fmt: str) -> Encoded:
     prompt_length = len(tokens)
     digits, places = _number(problem.answer, problem.answer_width if fmt == "padded" else 0,
                              reverse=fmt != "plain")
-    return Encoded(tokens + digits + [EOS], sig + places + [BOUNDARY], prompt_length)
+    return Encoded(tokens + digits + [EOS], sig + places + [BOUNDARY], prompt_length, problem.answer_width)
 
 
 def answer_significance(fmt: str, slot: int) -> int | None:

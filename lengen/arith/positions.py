@@ -25,7 +25,7 @@ class StandardIds:
         self.max_position = max_position
 
     def __call__(self, significance: torch.Tensor, generator: torch.Generator | None = None,
-                 train: bool = False) -> torch.Tensor:
+                 train: bool = False, answer_width: torch.Tensor | None = None) -> torch.Tensor:
         return torch.arange(significance.shape[-1], device=significance.device)[None]
 
     def largest(self, tokens: int, answer_digits: int) -> int:
@@ -34,10 +34,15 @@ class StandardIds:
 
 
 class CoupledIds:
-    """A digit worth 10^t gets s + 1 + t (operands and answer alike), '+', '*' and '=' get s, BOS,
-    EOS and padding 0. Training draws s ~ U{1..max_pos - len(c)} per sequence (len(c): its answer's
-    digits, max_pos = max_position - 1, the table having max_position rows), evaluation uses s = 1.
-    57+68 in Cho et al.'s format, [BOS]57+68=521[EOS] -> [0,3,2,1,3,2,1,2,3,4,0]."""
+    """Cho et al.'s coupled ids, as their code assigns them (position-coupling
+    src/data/addition.py, AdditionDatasetWithCoupledPositions): with W + 1 the answer's padded
+    width, a digit worth 10^t gets s + W - t (operands and answer alike), '+', '*' and '=' get
+    s + W + 1, BOS, EOS and padding 0. So the operands read upwards to the operator, the answer,
+    written least significant digit first, counts down from s + W to s, and the EOS follows the
+    smallest id of the sequence. Training draws s ~ U{1..max_pos - len(c)} per sequence (len(c) =
+    W + 1, max_pos = max_position - 1, the table having max_position rows; the largest id s + len(c)
+    stays <= max_pos); evaluation uses s = 1. 57+68 in their format, [BOS]57+68=521[EOS] ->
+    [0,2,3,4,2,3,4,3,2,1,0]."""
 
     needs_significance = True
 
@@ -45,23 +50,27 @@ class CoupledIds:
         self.max_position = max_position
 
     def __call__(self, significance: torch.Tensor, generator: torch.Generator | None = None,
-                 train: bool = False) -> torch.Tensor:
+                 train: bool = False, answer_width: torch.Tensor | None = None) -> torch.Tensor:
+        """`answer_width` [B, 1]: each sequence's padded answer digits (the format's, known from
+        the operands before the answer is decoded); left None, the widest number of each (whole)
+        sequence."""
         B = significance.shape[0]
+        if answer_width is None:
+            answer_width = significance.max(dim=-1, keepdim=True).values + 1
+        width = answer_width.reshape(B, 1).cpu()
         s = torch.ones(B, 1, dtype=torch.long)
         if train:
-            # the answer is the widest number of a sequence: its digits are the largest place + 1
-            answer_digits = significance.max(dim=-1, keepdim=True).values.cpu() + 1
-            top = self.max_position - 1 - answer_digits                      # s's largest value
+            top = self.max_position - 1 - width                             # s's largest value
             if int(top.min()) < 1:
-                raise LengenError(f"coupled positions: an answer of {int(answer_digits.max())} digits needs "
-                                  f"max-position >= {int(answer_digits.max()) + 2}")
+                raise LengenError(f"coupled positions: an answer of {int(width.max())} digits needs "
+                                  f"max-position >= {int(width.max()) + 2}")
             s = 1 + (torch.rand(B, 1, generator=generator) * top).long()     # U{1..top}
-        s = s.to(significance.device)
-        return torch.where(significance >= 0, s + 1 + significance,
-                           torch.where(significance == OPERATOR, s, torch.zeros_like(significance)))
+        s, width = s.to(significance.device), width.to(significance.device)
+        return torch.where(significance >= 0, s + width - 1 - significance,
+                           torch.where(significance == OPERATOR, s + width, torch.zeros_like(significance)))
 
     def largest(self, tokens: int, answer_digits: int) -> int:
-        return 1 + answer_digits  # s = 1 at evaluation
+        return 1 + answer_digits  # the operators' id with s = 1 at evaluation
 
 
 ARITH_POSITIONS: Registry[type] = Registry("arithmetic position source")

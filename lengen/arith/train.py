@@ -54,7 +54,8 @@ def train_arith(cfg: ArithConfig, out: str | Path, progress: bool = True,
 
     def batch_loss(np_rng: np.random.Generator) -> torch.Tensor:
         batch = collate([encode(p, cfg.format) for p in task.sample(cfg.batch_size, cfg.train_digits, np_rng)])
-        positions, ids = feeder(batch.tokens, batch.significance, offsets, train=True)
+        positions, ids = feeder(batch.tokens, batch.significance, offsets, train=True,
+                                answer_width=batch.answer_width)
         batch.tokens, batch.targets, positions = to_device(device, batch.tokens, batch.targets, positions)
         if ids is not None:
             (ids,) = to_device(device, ids)

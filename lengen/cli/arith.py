@@ -25,8 +25,8 @@ TRAIN_EPILOG = """examples:
   # Abacus with FIRE or RoPE as the attention's encoding (McLeish et al. combine them)
   lengen arith train --pe abacus+fire --abacus-k 20 --out runs/add-abacus-fire
   # position coupling (Cho et al.): their format and learned absolute ids; RoPE or FIRE read them too
-  lengen arith train --pe learned --positions coupled --format padded --max-position 24 --out runs/add-coupled
-  lengen arith train --pe rope --positions coupled --format padded --max-position 24 --out runs/add-coupled-rope
+  lengen arith train --pe learned --positions coupled --format padded --max-position 16 --out runs/add-coupled
+  lengen arith train --pe rope --positions coupled --format padded --max-position 16 --out runs/add-coupled-rope
   # the baseline: ordinary positions 0..T-1
   lengen arith train --pe rope --out runs/add-rope
   # multiplication n x 1, multi-operand addition
