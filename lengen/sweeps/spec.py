@@ -87,6 +87,11 @@ class SweepSpec:
         variant = self.variants.get(point.pop(VARIANT, None), {})
         return {**self.fixed, **variant, **point}
 
+    def own_options(self, point: dict) -> frozenset:
+        """The options a grid point sets itself, its variant's included (not `fixed`'s): a kind
+        may treat those differently (a recurrent model drops the fixed options it does not read)."""
+        return frozenset(set(point) - {VARIANT} | set(self.variants.get(point.get(VARIANT), {})))
+
     @property
     def kind(self) -> SweepKind:
         return KINDS[self.command]
@@ -184,20 +189,8 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
                 kept.append(v)
         if kept:
             grid[name] = kept
-    fixed: dict = {}
-    for key, value in fixed_in.items():
-        name = _option_name(kind, key, f"fixed.{key}", errors)
-        if name is None:
-            continue
-        if name in grid:
-            errors.append(f"fixed.{key}: also in `grid`; give it in one place")
-            continue
-        if isinstance(value, list):
-            errors.append(f"fixed.{key}: a list belongs under `grid` (fixed values are single)")
-            continue
-        value = _coerce(kind, name, value, f"fixed.{key}", errors)
-        if value is not _INVALID:
-            fixed[name] = value
+    fixed = _single_values(kind, fixed_in, "fixed", grid, errors, "also in `grid`; give it in one place",
+                           "fixed values are single")
     variants = _parse_variants(kind, data.get("variants"), grid, errors)
     # `lengen train --steps 0` evaluates an untrained model; in a sweep it is a forgotten value
     for where_, value in [*((f"grid.steps[{i}]", v) for i, v in enumerate(grid.get("steps", []))),
@@ -252,6 +245,27 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
     return spec
 
 
+def _single_values(kind: SweepKind, options: dict, where: str, grid: dict, errors: list[str], in_grid: str,
+                   single: str) -> dict:
+    """Options with one value each (`fixed`, a variant), checked and coerced; none of them a
+    `grid` option (`in_grid`: why not) and no list (`single`: why not)."""
+    values = {}
+    for key, value in options.items():
+        name = _option_name(kind, key, f"{where}.{key}", errors)
+        if name is None:
+            continue
+        if name in grid:
+            errors.append(f"{where}.{key}: {in_grid}")
+            continue
+        if isinstance(value, list):
+            errors.append(f"{where}.{key}: a list belongs under `grid` ({single})")
+            continue
+        value = _coerce(kind, name, value, f"{where}.{key}", errors)
+        if value is not _INVALID:
+            values[name] = value
+    return values
+
+
 def _parse_variants(kind: SweepKind, raw, grid: dict, errors: list[str]) -> dict[str, dict]:
     """`variants:` checked: a mapping of names to mappings of options (each option checked as in
     `fixed`; none of them a `grid` option, which would make the grid's value meaningless)."""
@@ -268,20 +282,9 @@ def _parse_variants(kind: SweepKind, raw, grid: dict, errors: list[str]) -> dict
         if not isinstance(options, dict):
             errors.append(f"{where}: must be a mapping of options (or empty for the defaults)")
             continue
-        parsed = {}
-        for key, value in options.items():
-            name = _option_name(kind, key, f"{where}.{key}", errors)
-            if name is None:
-                continue
-            if name in grid:
-                errors.append(f"{where}.{key}: also a `grid` option; a variant cannot set what the grid varies")
-                continue
-            if isinstance(value, list):
-                errors.append(f"{where}.{key}: a list belongs under `grid` (a variant's values are single)")
-                continue
-            value = _coerce(kind, name, value, f"{where}.{key}", errors)
-            if value is not _INVALID:
-                parsed[name] = value
+        parsed = _single_values(kind, options, where, grid, errors,
+                                "also a `grid` option; a variant cannot set what the grid varies",
+                                "a variant's values are single")
         if parsed in variants.values():
             errors.append(f"{where}: the same options as another variant (the same runs twice)")
         variants[str(label)] = parsed
@@ -342,10 +345,8 @@ def expand(spec: SweepSpec) -> list[SweepRun]:
         point = dict(zip(keys, values))
         if _excluded(point, spec.exclude):
             continue
-        options = spec.options_of(point)
         try:
-            # the variant's options count as the point's own (a kind may treat those differently)
-            cfg = kind.config(options, frozenset(set(point) - {VARIANT} | set(spec.variants.get(point.get(VARIANT), {}))))
+            cfg = kind.config(spec.options_of(point), spec.own_options(point))
             structural = kind.structural_key(cfg)
             if structural not in built:
                 try:
