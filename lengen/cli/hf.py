@@ -9,7 +9,8 @@ import argparse
 from pathlib import Path
 
 from lengen.cli.hf_tune import add_tune_parser
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import (add_device_arguments, add_hf_loading_arguments, add_hf_model_arguments,
+                                 parse_lengths, set_threads)
 from lengen.extrapolation import split_methods
 from lengen.errors import LengenError
 from lengen.hf import describe
@@ -84,9 +85,7 @@ def add_parser(sub) -> None:
     e = hf_sub.add_parser("eval", help="evaluate methods against length on a local model",
                           description=__doc__, epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    e.add_argument("model_path", metavar="MODEL_PATH", help="a local model folder (save_pretrained "
-                   "output, or the folder holding --gguf-file)")
-    e.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
+    add_hf_model_arguments(e)
     e.add_argument("--methods", nargs="+", default=["rope"], metavar="SPEC",
                    help="methods to compare, space- or comma-separated as in `lengen lm eval` (default: rope)")
     e.add_argument("--lengths", nargs="+", type=parse_lengths, required=True, metavar="L",
@@ -103,12 +102,7 @@ def add_parser(sub) -> None:
     e.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed (default {d.seed})")
     e.add_argument("--tasks", nargs="+", metavar="T", help=f"{_only('tasks')}: tasks, space- or "
                    "comma-separated (default: all)")
-    e.add_argument("--train-length", type=int, metavar="L0",
-                   help="the model's trained context (default: max_position_embeddings)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
-                   help="the weights' storage type when loaded (default float32); see --precision")
-    e.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
-                   help="the model's attention implementation (default sdpa)")
+    add_hf_loading_arguments(e, '; see --precision')
     e.add_argument("--out", default="runs/hf-eval", metavar="DIR",
                    help="output folder (default runs/hf-eval)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from lengen.cli.options import add_device_arguments, parse_lengths, set_threads
+from lengen.cli.options import (add_device_arguments, add_hf_loading_arguments, add_hf_model_arguments,
+                                 parse_lengths, set_threads)
 from lengen.errors import LengenError
 from lengen.extrapolation import split_methods
 from lengen.hf.search import DEFAULT_METHODS, SPACES
@@ -59,9 +60,7 @@ def add_tune_parser(hf_sub) -> None:
     t = hf_sub.add_parser("tune", help="search extension methods' options for one target length",
                           description=__doc__, epilog=EPILOG,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("model_path", metavar="MODEL_PATH", help="a local model folder (save_pretrained "
-                   "output, or the folder holding --gguf-file)")
-    t.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
+    add_hf_model_arguments(t)
     t.add_argument("--length", type=parse_lengths, required=True, metavar="L",
                    help="the target context length in tokens (16384 or 16k), beyond the trained length")
     t.add_argument("--text", metavar="PATH_OR_GLOB", help="local text: a file, a folder or a glob "
@@ -88,12 +87,7 @@ def add_tune_parser(hf_sub) -> None:
                    "uses seed + 1 (default 0)")
     t.add_argument("--no-logn", action="store_true", help="do not also try each setting with +logn")
     t.add_argument("--no-refine", action="store_true", help="the coarse grid only")
-    t.add_argument("--train-length", type=int, metavar="L0",
-                   help="the model's trained context (default: max_position_embeddings)")
-    t.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
-                   help="the weights' storage type when loaded (default float32)")
-    t.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
-                   help="the model's attention implementation (default sdpa)")
+    add_hf_loading_arguments(t)
     t.add_argument("--out", default="runs/hf-tune", metavar="DIR", help="output folder (default runs/hf-tune)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(t, "the model is moved after loading and evaluated", defaults=True)

@@ -93,3 +93,20 @@ def add_device_arguments(p, where: str = "", defaults: bool = False, precision_n
                    help=PRECISION_HELP + precision_note)
     g.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core; "
                    "1 is often faster on a machine busy with other jobs)")
+
+
+def add_hf_model_arguments(p) -> None:
+    """MODEL_PATH and --gguf-file: the local Hugging Face model of `lengen hf eval` and `hf tune`."""
+    p.add_argument("model_path", metavar="MODEL_PATH", help="a local model folder (save_pretrained "
+                   "output, or the folder holding --gguf-file)")
+    p.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH")
+
+
+def add_hf_loading_arguments(p, dtype_note: str = "") -> None:
+    """--train-length, --dtype and --attn: how `lengen hf eval` and `hf tune` load the model."""
+    p.add_argument("--train-length", type=int, metavar="L0",
+                   help="the model's trained context (default: max_position_embeddings)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help=f"the weights' storage type when loaded (default float32){dtype_note}")
+    p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
+                   help="the model's attention implementation (default sdpa)")
