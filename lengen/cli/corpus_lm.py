@@ -29,6 +29,16 @@ def add_subcommand(sub, name: str, help: str, description: str, epilog: str) -> 
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_position_arguments(p, samplers: str, options: str):
+    """The `positions` group: --positions (`samplers`: what to say of them) and the repeatable
+    --position-option (`options`: each sampler's options)."""
+    g = p.add_argument_group("positions")
+    g.add_argument("--positions", help=f"training position sampler: {samplers}")
+    g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
+                   help=f"sampler option, repeatable ({options})")
+    return g
+
+
 def add_data_arguments(p, d):
     """The "data" group (corpus, held-out share, window length); returned for a command's own flags."""
     g = p.add_argument_group("data")

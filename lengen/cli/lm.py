@@ -79,12 +79,9 @@ def _add_train(sub) -> None:
     p = corpus_lm.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
                                  "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
     corpus_lm.add_data_arguments(p, d)
-    g = p.add_argument_group("positions")
-    g.add_argument("--positions", help=f"training position sampler: standard, pose, randomized, ... "
-                   f"({d.positions}); evaluation always uses the positions 0..L-1")
-    g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
-                   help="sampler option, repeatable (pose: target=L_t (default max-position), chunks=N, "
-                   "split=half|uniform)")
+    corpus_lm.add_position_arguments(
+        p, f"standard, pose, randomized, ... ({d.positions}); evaluation always uses the positions 0..L-1",
+        "pose: target=L_t (default max-position), chunks=N, split=half|uniform")
     g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
                                       "default target")
     add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")

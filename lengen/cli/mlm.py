@@ -58,12 +58,10 @@ def _add_train(sub) -> None:
     g = corpus_lm.add_data_arguments(p, d)
     g.add_argument("--mask-rate", type=float, help=f"share of positions chosen per window, then "
                    f"80%% MASK / 10%% random byte / 10%% unchanged ({d.mask_rate})")
-    g = p.add_argument_group("positions")
-    g.add_argument("--positions", help=f"training position sampler: standard, randomized, equal_mean, pose "
-                   f"({d.positions})")
-    g.add_argument("--position-option", dest="position_options", action="append", metavar="KEY=VALUE",
-                   help="sampler option, repeatable (equal_mean: distribution=exponential|beta, "
-                   "test_length=M, beta_shape=B; pose: target=L_t, chunks=N, split=half|uniform)")
+    corpus_lm.add_position_arguments(
+        p, f"standard, randomized, equal_mean, pose ({d.positions})",
+        "equal_mean: distribution=exponential|beta, test_length=M, beta_shape=B; pose: target=L_t, chunks=N, "
+        "split=half|uniform")
     g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size and randomized range")
     g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise the keys")
     add_logit_scale_arguments(g, "none (log-n: `mlm eval --log-n`)")
