@@ -11,7 +11,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from hf_families import FAMILIES, IMPLEMENTATIONS, TRAIN, WINDOW, tiny_family  # noqa: E402
-from test_hf_extend import check_generate_equals_full_forwards, logits, tokens  # noqa: E402
+from test_hf_extend import (  # noqa: E402
+    check_generate_equals_full_forwards, check_left_padded_batch, logits, tokens)
 
 from lengen.errors import LengenError  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
@@ -358,13 +359,7 @@ def test_left_padded_batch_matches_each_sequence_alone(name, spec):
     """Padding with sliding-window cache layers (their keys: the last recorded positions)."""
     model = tiny_family(name, "eager", **({"num_hidden_layers": 2} if "dynamic" in spec else {}))
     extend(model, spec)
-    ids = tokens(length=30)
-    mask = torch.ones_like(ids)
-    mask[1, :6] = 0
-    batch = model.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=0)
-    alone = model.generate(ids[1:, 6:], max_new_tokens=10, do_sample=False, pad_token_id=0)
-    assert torch.equal(batch[1, 6:], alone[0])
-    check_generate_equals_full_forwards(model, ids, new_tokens=4, attention_mask=mask)
+    check_left_padded_batch(model)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
