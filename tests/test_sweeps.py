@@ -543,3 +543,44 @@ def test_tables_rebuilt_every_tick_hold_every_run_with_numeric_lengths(command, 
     assert writer.write() == 2 and len(read_csv(tmp_path / "o" / by_length)) == 2 * len(lengths)
     done_file.write_bytes(kept)
     assert writer.write() == 3 and len(read_csv(tmp_path / "o" / by_length)) == 3 * len(lengths)
+
+
+# -- methods2025 presets (issue 27) --------------------------------------------------------------
+
+#: what each variant must train with, written out here (not read from the preset): encoding,
+#: per-layer pattern, logit scaling, position sampler and its options
+METHODS2025 = {
+    "rope": ("rope", None, "none", "standard", {}),
+    "r_rope": ("rope", None, "none", "randomized", {}),
+    "nope": ("none", None, "none", "standard", {}),
+    "fire": ("fire", None, "none", "standard", {}),
+    "p_rope": ("p_rope", None, "none", "standard", {}),
+    "fope": ("fope", None, "none", "standard", {}),
+    "cope": ("cope", None, "none", "standard", {}),
+    "rnope": ("rope", ["rope", "rope", "rope", "none"], "none", "standard", {}),
+    "rnope_temperature": ("rope", ["rope", "rope", "rope", "none"], "llama4_temperature", "standard", {}),
+    "ssmax": ("rope", None, "ssmax", "standard", {}),
+}
+
+
+@pytest.mark.parametrize("name, pose_target, seeds, tasks", [
+    ("methods2025-mini", 128, 3, ["cycle_navigation", "reverse_string", "bucket_sort"]),
+    ("methods2025-lm-mini", 1024, 3, [None]),
+])
+def test_methods2025_presets_train_each_method_as_named(name, pose_target, seeds, tasks):
+    runs = expand(load_spec(name))
+    expected = {**METHODS2025, "pose": ("rope", None, "none", "pose", {"target": pose_target})}
+    assert len(runs) == len(expected) * seeds * len(tasks)
+    seen = set()
+    for run in runs:
+        cfg = run.config
+        got = (cfg.model.pe, cfg.model.layer_pe, cfg.model.logit_scale, cfg.positions, cfg.position_options)
+        assert got == expected[run.point["variant"]], run.point
+        assert cfg.model.pe_options == {} and cfg.steps == (1000 if tasks[0] else 600)
+        seen.add((run.point["variant"], run.point["seed"], getattr(cfg, "task", None)))
+    assert seen == {(v, s, t) for v in expected for s in range(seeds) for t in tasks}
+    if tasks == [None]:   # the LM study's RoPE, NoPE and FIRE runs are fire2024-mini's own
+        fire = {(r.point["pe"], r.point["seed"]): r.run_id for r in expand(load_spec("fire2024-mini"))}
+        for run in runs:
+            if run.point["variant"] in ("rope", "nope", "fire"):
+                assert run.run_id == fire[(expected[run.point["variant"]][0], run.point["seed"])]
