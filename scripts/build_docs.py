@@ -136,8 +136,9 @@ def demo_runs(data: Path, folder: str) -> dict:
 
 def figures(data: Path, docs: Path) -> list[Path]:
     """The figures docs show from committed results: the demo's accuracy against length (its
-    2-thread runs, as `lengen demo` plots them) and each CHE study's Fig. 4 per task, as
-    docs/figures/<study>_<task>.png (the study's dashes as underscores)."""
+    2-thread runs, as `lengen demo` plots them), each CHE study's Fig. 4 per task, as
+    docs/figures/<study>_<task>.png (the study's dashes as underscores), each LM, MLM or
+    arithmetic study's metric against length and each arithmetic variant's heat map."""
     made = []
     runs = demo_runs(data, "threads-2")
     curves = {f"rope ({p} positions)": {int(n): a for n, a in r["accuracy_by_length"].items()} for p, r in runs.items()}
@@ -148,8 +149,10 @@ def figures(data: Path, docs: Path) -> list[Path]:
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:
             build_report(study, tmp)
-            # a CHE study's Fig. 4 per task; an LM or MLM study's metric against length
-            for fig in sorted([*Path(tmp).glob("fig4_*.png"), *Path(tmp).glob("*_vs_length.png")]):
+            # a CHE study's Fig. 4 per task; an LM, MLM or arithmetic study's metric against
+            # length; an arithmetic study's heat map per variant
+            for fig in sorted([*Path(tmp).glob("fig4_*.png"), *Path(tmp).glob("*_vs_length.png"),
+                               *Path(tmp).glob("heatmap-*.png")]):
                 target = docs / "figures" / f"{study.name.replace('-', '_')}_{fig.stem.removeprefix('fig4_')}.png"
                 shutil.copyfile(fig, target)
                 made.append(target)

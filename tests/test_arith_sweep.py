@@ -74,6 +74,12 @@ def test_report_is_mean_sample_std_and_t_interval_over_seeds(seeds_sweep, tmp_pa
     by_length = pd.read_csv(tmp_path / "report" / "arith_by_length.csv")
     got = by_length[(by_length["variant"] == "abacus / standard") & (by_length["length"] == 2)].iloc[0]
     assert got["mean"] == pytest.approx(y.mean()) and got["n"] == 3
+    # the same in arith_by_length.md, past the 1 training digit: mean [t interval clipped to 0-100]
+    half = scipy_stats.t.ppf(0.975, 2) * np.std(y, ddof=1) / math.sqrt(3)
+    low, high = max(y.mean() - half, 0), min(y.mean() + half, 100)
+    md = (tmp_path / "report" / "arith_by_length.md").read_text()
+    assert "| variant | n | 2 |" in md and "| 1 |" not in md
+    assert f"| abacus / standard | 3 | {y.mean():.1f} [{low:.1f}, {high:.1f}] |" in md, md
     assert f"| abacus / standard | {mean:.1f} ± {std:.1f}" in printed
     for name in ("heatmap-abacus-standard.png", "heatmap-rope-standard.png", "accuracy_vs_length.png", "index.html"):
         assert (tmp_path / "report" / name).exists(), name
@@ -85,7 +91,8 @@ def test_report_of_the_export_equals_the_report_of_the_folder(seeds_sweep, tmp_p
     assert not (exported / "runs").exists()
     assert main(["report", str(seeds_sweep), "--out", str(tmp_path / "from-folder")]) == 0
     assert main(["report", str(exported), "--out", str(tmp_path / "from-export")]) == 0
-    for name in ("arith_table.md", "arith_table.csv", "arith_by_length.csv", "arith_cells.csv"):
+    for name in ("arith_table.md", "arith_table.csv", "arith_by_length.csv", "arith_by_length.md",
+                 "arith_cells.csv"):
         assert (tmp_path / "from-folder" / name).read_text() == (tmp_path / "from-export" / name).read_text(), name
 
 

@@ -85,8 +85,8 @@ def _pm(row) -> str:
 
 
 def build(data: SweepData, out: Path) -> dict:
-    """Write arith_table.md/.csv (in- and out-of-distribution per variant), arith_by_length.csv,
-    arith_cells.csv (every cell's mean over seeds), heatmap-VARIANT.png per variant,
+    """Write arith_table.md/.csv (in- and out-of-distribution per variant), arith_by_length.csv and
+    arith_by_length.md (the lengths past the training digits), arith_cells.csv (every cell's mean over seeds), heatmap-VARIANT.png per variant,
     accuracy_vs_length.png and index.html into `out`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -103,9 +103,10 @@ def build(data: SweepData, out: Path) -> dict:
     io.write_text(out / "arith_table.md", md)
     io.write_text(out / "arith_table.csv", table.to_csv(index=False, float_format="%.10g"))
     io.write_text(out / "arith_by_length.csv", by_length.to_csv(index=False, float_format="%.10g"))
+    train_digits = int(finished["train_digits"].max()) if len(finished) else 0
+    io.write_text(out / "arith_by_length.md", _length_markdown(by_length, train_digits))
     io.write_text(out / "arith_cells.csv", cells.to_csv(index=False, float_format="%.10g"))
     figures = []
-    train_digits = int(finished["train_digits"].max()) if len(finished) else 0
     axes = tuple(data.configs[0].build_task().cell_axes) if data.configs else ("i", "j")
     for variant, group in (cells.groupby("variant", sort=False) if len(cells) else ()):
         name = f"heatmap-{_slug(variant)}.png"
@@ -138,6 +139,25 @@ def _markdown(table: pd.DataFrame, done: int, planned: int) -> str:
         lines.append(f"| {variant} | {by['in_distribution']} | {by['out_of_distribution']} |")
     published = "\n".join(f"- {who}: {what}" for who, what in PUBLISHED)
     return head + "\n".join(lines) + "\n\nWhat the papers report at their scale:\n" + published + "\n"
+
+
+def _length_markdown(by_length: pd.DataFrame, train_digits: int) -> str:
+    """Exact match per variant at each length past the training digits: mean [95% t interval]."""
+    head = (f"Table: exact match (%) against length past the training digits (1-{train_digits}), "
+            "mean over seeds [95% t interval, clipped to 0-100] (n seeds); a length is the diagonal "
+            "cell (n, n) of a two-operand task.\n\n")
+    past = by_length[by_length["length"] > train_digits] if len(by_length) else by_length
+    if not len(past):
+        return head + "No length past the training digits has been evaluated yet.\n"
+    lengths = sorted(int(n) for n in past["length"].unique())
+    lines = ["| variant | n | " + " | ".join(str(n) for n in lengths) + " |", "|---|---|" + "---|" * len(lengths)]
+    for variant, group in past.groupby("variant", sort=False):
+        by = {int(r["length"]): r for _, r in group.iterrows()}
+        cells = [("–" if n not in by else f"{by[n]['mean']:.1f}" if by[n]["n"] < 2
+                  else f"{by[n]['mean']:.1f} [{max(by[n]['low'], 0):.1f}, {min(by[n]['high'], 100):.1f}]")
+                 for n in lengths]
+        lines.append(f"| {variant} | {int(group['n'].max())} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
 
 
 def _html(data, md, figures, curve, done, planned, out) -> str:
