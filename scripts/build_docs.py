@@ -8,7 +8,7 @@ A generated block in a docs page is the text between
     <!-- generated: KIND ARGS -->
     <!-- end generated -->
 
-and KIND ARGS say what it shows (Blocks below), e.g. `che ruoss2023-mini table1` is Table 1 of the
+and KIND ARGS say what it shows (Blocks below; quote an argument with spaces, as a shell would), e.g. `che ruoss2023-mini table1` is Table 1 of the
 export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions, and
 `report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind). A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from lengen.reports import aggregate as agg  # noqa: E402
 from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
-from lengen.reports.compare import compare_variants, comparison_markdown  # noqa: E402
+from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
 from lengen.training.plots import plot_accuracy  # noqa: E402
@@ -83,6 +84,9 @@ class Blocks:
         if what == "compare":
             a, b = args
             return comparison_markdown(compare_variants(runs, a, b), a, b) + "\n"
+        if what == "versus":
+            (base,) = args
+            return versus_markdown(versus(runs, base), base)
         raise KeyError(f"che {what}")
 
     @functools.cache  # noqa: B019 - one Blocks per build
@@ -125,7 +129,7 @@ class Blocks:
                 f"{env['device']}, {env['threads']} thread{'s' if env['threads'] > 1 else ''}\n")
 
     def render(self, args: str) -> str:
-        kind, *rest = args.split()
+        kind, *rest = shlex.split(args)  # a variant label with spaces is quoted
         return getattr(self, kind)(*rest)
 
 

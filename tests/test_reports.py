@@ -13,7 +13,7 @@ import yaml
 
 from lengen.cli import main
 from lengen.reports import aggregate as agg
-from lengen.reports.compare import compare_variants
+from lengen.reports.compare import compare_variants, versus, versus_markdown
 from lengen.reports.published import compare, comparable, published_table1
 from lengen.reports.render import cell_texts, markdown
 
@@ -247,6 +247,44 @@ def test_compare_pairs_cells_by_task_lr_and_seed():
     assert (both["n"], both["difference"]) == (7, pytest.approx(212 / 7))
     flipped = compare_variants(hand_runs(), "rope", "r_rope").set_index("task")
     assert flipped.loc["even_pairs", "verdict"] == "loses" and flipped.loc["all tasks", "rope wins"] == 0
+
+
+def test_versus_stacks_every_variant_against_one_base():
+    # alibi: rope's runs with every score raised by 0.10, so alibi - rope is exactly +10 in each of
+    # rope's 8 cells (std 0: the interval is the point); r_rope - rope as worked out above, over all
+    # tasks 40, 10, 30, 33, 69, 15, 15 -> mean 30.286, std 20.328, se 7.683, t(0.975, 6) = 2.44691
+    # -> [11.49, 49.09]: wins, 7 cells won, 0 lost
+    runs = hand_runs()
+    rope = runs[runs["variant"] == "rope"]
+    alibi = rope.assign(pe="alibi", score=rope["score"] + 0.10, run_id=rope["run_id"] + "alibi")
+    runs = agg.add_variants(pd.concat([runs, alibi]).drop(columns=["variant", "variant_order"]))
+    table = versus(runs, "rope")
+    assert list(dict.fromkeys(table["variant"])) == ["alibi", "r_rope"]
+    every = table[table["task"] == "all tasks"].set_index("variant")
+    assert (every.loc["r_rope", "n"], every.loc["r_rope", "wins"], every.loc["r_rope", "losses"]) == (7, 7, 0)
+    assert every.loc["r_rope", "low"] == pytest.approx(11.49, abs=1e-2)
+    assert every.loc["r_rope", "high"] == pytest.approx(49.09, abs=1e-2)
+    assert (every.loc["alibi", "n"], every.loc["alibi", "difference"]) == (8, pytest.approx(10.0))
+    md = versus_markdown(table, "rope")
+    assert md.splitlines()[0] == "| variant | even_pairs (n) | bucket_sort (n) | all tasks (n) | wins / losses | vs rope |"
+    assert "| alibi | +10.0 [+10.0, +10.0] (4) | +10.0 [+10.0, +10.0] (4) | +10.0 [+10.0, +10.0] (8) | 8 / 0 | wins |" in md
+    assert ("| r_rope | +28.2 [+7.8, +48.7] (4) | +33.0 [-44.4, +110.4] (3) | +30.3 [+11.5, +49.1] (7) | 7 / 0 "
+            "| wins |") in md
+
+
+def test_versus_on_a_sweep_folder_and_its_refusals(report, capsys):
+    sweep = report.parent / "sweep"
+    assert main(["report", str(sweep), "--versus", "alibi"]) == 0
+    rows = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert set(rows) == {"variant", "rope", "r_rope", "r_alibi"}
+    res = pd.read_csv(sweep / "results.csv")
+    alibi = res[res["pe"] == "alibi"].pivot_table(index=["task", "lr", "seed"], columns="positions", values="score")
+    diffs = 100 * (alibi["randomized"] - alibi["standard"])
+    assert f"{diffs.mean():+.1f}" in rows["r_alibi"].split("|")[-4]
+    assert main(["report", str(sweep), "--versus", "alibi_x"]) == 2
+    assert "--versus: no variant 'alibi_x' in this sweep" in capsys.readouterr().err
+    assert main(["report", str(sweep), "--versus", "alibi", "--compare", "rope", "alibi"]) == 2
+    assert "give one" in capsys.readouterr().err
 
 
 def test_compare_on_a_sweep_folder(report, capsys):

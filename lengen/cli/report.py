@@ -9,7 +9,7 @@ from lengen import reports  # build_report by attribute: a test can stand in for
 from lengen.errors import LengenError
 from lengen.io import check_writable
 from lengen.reports.che import variant_runs
-from lengen.reports.compare import compare_variants, comparison_markdown
+from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -36,6 +36,12 @@ unfinished sweep: missing cells are marked and listed.
 and over all tasks, the mean difference of the score (x 100), its sample std, the 95% t interval,
 the cells each side wins, and the verdict: "wins" (interval above 0), "loses" (below), "within
 noise" (it holds 0) or "not shown" (fewer than 2 pairs). It writes nothing.
+
+  lengen report sweeps/methods --versus rope        # every other variant against rope, one row each
+
+--versus BASE pairs every other variant with BASE the same way and prints one row per variant: its
+difference per task and over all tasks with the interval (n cells), its wins / losses over the
+cells, and the verdict over all tasks.
 """
 
 
@@ -47,14 +53,19 @@ def add_parser(sub) -> None:
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="instead of the report: variant A against variant B, paired over task, lr and seed "
                         "(CHE sweeps; labels as in Table 1, e.g. r_rope rope)")
+    p.add_argument("--versus", metavar="BASE",
+                   help="instead of the report: every other variant against BASE, one row each, paired as "
+                        "--compare pairs them (CHE sweeps; e.g. --versus rope)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     out = Path(args.out) if args.out else Path(args.sweep_dir) / "report"
     command = reports.sweep_command(args.sweep_dir)  # not a sweep folder: that message first
-    if args.compare:
-        return _compare(args.sweep_dir, command, *args.compare)
+    if args.compare and args.versus:
+        raise LengenError("--compare and --versus are two questions: give one")
+    if args.compare or args.versus:
+        return _compare(args.sweep_dir, command, *(args.compare or [args.versus]))
     check_writable(out, "choose another --out" if args.out else "give --out a writable folder")
     rep = reports.build_report(args.sweep_dir, out)
     for text in rep["summary"]:
@@ -73,11 +84,16 @@ def _say_outside(sweep_dir) -> None:
               f"file's; kept in history/) and not in these tables: `lengen sweep status` lists them")
 
 
-def _compare(sweep_dir, command: str, a: str, b: str) -> int:
+def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
+    """--compare A B, or --versus A (b None)."""
+    flag = "--compare" if b else "--versus"
     if command != "train":
-        raise LengenError(f"--compare applies to CHE sweeps (command: train), not `command: {command}`")
-    table = compare_variants(variant_runs(reports.load_sweep(sweep_dir)), a, b)
-    print(comparison_markdown(table, a, b))
+        raise LengenError(f"{flag} applies to CHE sweeps (command: train), not `command: {command}`")
+    runs = variant_runs(reports.load_sweep(sweep_dir))
+    if b:
+        print(comparison_markdown(compare_variants(runs, a, b), a, b))
+    else:
+        print(versus_markdown(versus(runs, a), a), end="")
     print(f"differences in points of score (x 100) over cells (task, lr, seed) where both finished; "
           f"interval: 95% t over the cells")
     return 0
