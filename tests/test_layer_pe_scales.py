@@ -368,6 +368,10 @@ def test_report_labels():
     assert variant_label("rope", None, {"layer_pe": "rope,rope,rope,none", "logit_scale": "ssmax"}) == \
         "RoPE, RoPE/NoPE 3:1, SSMax"
     assert variant_label("rope", None, {"logit_scale": "log_n"}) == "RoPE, logit_scale=log_n"
+    # the plain attention is not named, beside a scaled one: `RoPE`, not `RoPE, logit_scale=none`
+    assert variant_label("rope", None, {"logit_scale": "none", "layer_pe": "rope,none"}) == "RoPE, RoPE/NoPE 1:1"
+    assert aggregate.variant_label({"pe": "rope", "positions": "randomized", "logit_scale": "none"},
+                                   ["pe", "positions", "logit_scale"]) == "r_rope"
     row = {"pe": "rope", "positions": "standard", "layer_pe": "rope,none", "logit_scale": "llama4_temperature"}
     assert aggregate.variant_label(row, ["pe", "positions", "layer_pe", "logit_scale"]) == \
         "rope, RoPE/NoPE 1:1, Llama 4 temperature"

@@ -73,7 +73,7 @@ def variant_label(row, columns: list[str]) -> str:
     label = (f"r_{pe}" if positions == RANDOMIZED else pe if positions == STANDARD
              else f"{pe} ({position_label(positions)})")
     extra = [option_label(c, row[c], _fmt) for c in columns if c not in ("pe", "positions") and pd.notna(row[c])]
-    return ", ".join([label, *extra])
+    return ", ".join([label, *filter(None, extra)])
 
 
 def add_variants(runs: pd.DataFrame) -> pd.DataFrame:

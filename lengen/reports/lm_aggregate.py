@@ -79,7 +79,11 @@ def layer_pattern_label(value) -> str:
 
 def option_label(column: str, value, fmt=str) -> str:
     """How a varying option names a variant: `RoPE/NoPE 3:1` for a layer pattern, `SSMax` for
-    logit_scale=ssmax, else `column=value` (`fmt` formats the value)."""
+    logit_scale=ssmax, nothing ("") for logit_scale=none (the plain attention: `rope`, not `rope,
+    logit_scale=none`, beside `rope, logit_scale=log_n`), else `column=value` (`fmt` formats the
+    value)."""
+    if column == "logit_scale" and str(value) == "none":
+        return ""
     if column == "layer_pe":
         return layer_pattern_label(value)
     if column == "logit_scale" and str(value) in LOGIT_SCALE_LABELS:
@@ -131,7 +135,7 @@ def variant_label(pe, method=None, options: dict | None = None, labels: dict | N
             extra += [] if str(v) == "standard" else [position_label(v)]
         else:
             extra.append(option_label(k, v, _fmt))
-    return ", ".join([label, *extra])
+    return ", ".join([label, *filter(None, extra)])
 
 
 def add_groups(runs: pd.DataFrame) -> pd.DataFrame:
