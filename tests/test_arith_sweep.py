@@ -75,12 +75,13 @@ def test_report_is_mean_sample_std_and_t_interval_over_seeds(seeds_sweep, tmp_pa
     got = by_length[(by_length["variant"] == "abacus / standard") & (by_length["length"] == 2)].iloc[0]
     assert got["mean"] == pytest.approx(y.mean()) and got["n"] == 3
     # the same in arith_by_length.md, past the 1 training digit: mean [t interval clipped to 0-100]
-    half = scipy_stats.t.ppf(0.975, 2) * np.std(y, ddof=1) / math.sqrt(3)
-    low, high = max(y.mean() - half, 0), min(y.mean() + half, 100)
+    half_y = scipy_stats.t.ppf(0.975, 2) * np.std(y, ddof=1) / math.sqrt(3)
+    low, high = max(y.mean() - half_y, 0), min(y.mean() + half_y, 100)
     md = (tmp_path / "report" / "arith_by_length.md").read_text()
     assert "| variant | n | 2 |" in md and "| 1 |" not in md
     assert f"| abacus / standard | 3 | {y.mean():.1f} [{low:.1f}, {high:.1f}] |" in md, md
-    assert f"| abacus / standard | {mean:.1f} ± {std:.1f}" in printed
+    clipped = f"[{max(mean - half, 0):.1f}, {min(mean + half, 100):.1f}]"   # the table's interval is a percentage
+    assert f"| abacus / standard | {mean:.1f} ± {std:.1f} {clipped} (n=3) |" in printed
     for name in ("heatmap-abacus-standard.png", "heatmap-rope-standard.png", "accuracy_vs_length.png", "index.html"):
         assert (tmp_path / "report" / name).exists(), name
 

@@ -81,7 +81,8 @@ def _pm(row) -> str:
         return "–"
     if row["n"] < 2:
         return f"{row['mean']:.1f} (n=1)"
-    return f"{row['mean']:.1f} ± {row['std']:.1f} [{row['low']:.1f}, {row['high']:.1f}] (n={row['n']})"
+    low, high = max(row["low"], 0), min(row["high"], 100)   # exact match is a percentage
+    return f"{row['mean']:.1f} ± {row['std']:.1f} [{low:.1f}, {high:.1f}] (n={row['n']})"
 
 
 def build(data: SweepData, out: Path) -> dict:
@@ -130,7 +131,7 @@ def build(data: SweepData, out: Path) -> dict:
 
 def _markdown(table: pd.DataFrame, done: int, planned: int) -> str:
     head = ("Table: exact match (%) in distribution (every operand within the training digits) and out of it, "
-            "mean ± sample std (ddof 1) [95% t interval] (n seeds).\n\n")
+            "mean ± sample std (ddof 1) [95% t interval, clipped to 0-100] (n seeds).\n\n")
     if not len(table):
         return head + f"No run has finished yet ({done} of {planned}).\n"
     lines = ["| variant | in distribution | out of distribution |", "|---|---|---|"]
