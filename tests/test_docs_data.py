@@ -69,8 +69,9 @@ def test_a_changed_score_in_the_demo_data_is_caught(copy):
 
 
 def test_a_changed_score_in_a_study_is_caught(copy):
-    studies = sorted(p for p in (copy / "data" / "studies").glob("*") if (p / "export.json").exists())
-    assert studies, "no committed study"
+    studies = sorted(p for p in (copy / "data" / "studies").glob("*") if (p / "export.json").exists()
+                     and json.loads((p / "export.json").read_text())["kind"] == "train")   # a CHE study
+    assert studies, "no committed CHE study"
     results = studies[0] / "results.csv"
     table = pd.read_csv(results, dtype={"run_id": str})
     best = table["score"].idxmax()           # a score Table 1 shows
@@ -95,3 +96,13 @@ def test_an_unknown_block_is_one_clear_message(copy):
     done = check(copy, copy / "data")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr
     assert re.search(r"results\.md: block `che no-such-study table1` cannot be built", done.stderr)
+
+
+def test_a_changed_cell_of_the_arithmetic_study_is_caught(copy):
+    cells = copy / "data" / "studies" / "abacus2024-mini" / "arith_by_cell.csv"
+    table = pd.read_csv(cells, dtype={"run_id": str})
+    diagonal = table.index[(table["length"] == 7) & (table["j"] == 7) & (table["correct"] < table["total"])][0]
+    table.loc[diagonal, "correct"] += 1   # one more problem right at 7 digits: the by-length table moves
+    table.to_csv(cells, index=False)
+    done = check(copy, copy / "data")
+    assert done.returncode == 1 and "stale: results.md: report abacus2024-mini arith_by_length.md" in done.stdout
