@@ -81,14 +81,18 @@ def _pm(row) -> str:
         return "–"
     if row["n"] < 2:
         return f"{row['mean']:.1f} (n=1)"
-    low, high = max(row["low"], 0), min(row["high"], 100)   # exact match is a percentage
-    return f"{row['mean']:.1f} ± {row['std']:.1f} [{low:.1f}, {high:.1f}] (n={row['n']})"
+    return f"{row['mean']:.1f} ± {row['std']:.1f} {_interval(row)} (n={row['n']})"
+
+
+def _interval(row) -> str:
+    """The 95% t interval clipped to 0-100: exact match is a percentage."""
+    return f"[{max(row['low'], 0):.1f}, {min(row['high'], 100):.1f}]"
 
 
 def build(data: SweepData, out: Path) -> dict:
     """Write arith_table.md/.csv (in- and out-of-distribution per variant), arith_by_length.csv and
-    arith_by_length.md (the lengths past the training digits), arith_cells.csv (every cell's mean over seeds), heatmap-VARIANT.png per variant,
-    accuracy_vs_length.png and index.html into `out`."""
+    arith_by_length.md (the lengths past the training digits), arith_cells.csv (every cell's mean
+    over seeds), heatmap-VARIANT.png per variant, accuracy_vs_length.png and index.html into `out`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = add_variants(data.runs)
@@ -155,8 +159,7 @@ def _length_markdown(by_length: pd.DataFrame, train_digits: int) -> str:
     for variant, group in past.groupby("variant", sort=False):
         by = {int(r["length"]): r for _, r in group.iterrows()}
         cells = [("–" if n not in by else f"{by[n]['mean']:.1f}" if by[n]["n"] < 2
-                  else f"{by[n]['mean']:.1f} [{max(by[n]['low'], 0):.1f}, {min(by[n]['high'], 100):.1f}]")
-                 for n in lengths]
+                  else f"{by[n]['mean']:.1f} {_interval(by[n])}") for n in lengths]
         lines.append(f"| {variant} | {int(group['n'].max())} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
