@@ -93,11 +93,14 @@ def one_line() -> str:
 def run_environment(device=None) -> dict:
     """What a run's numbers were computed with, kept in its records (eval.json): lengen and its
     commit, Python, torch and its CUDA build, transformers (None when not installed), the device
-    (and the GPU's name), and torch's CPU thread count, which changes results on the CPU (float
-    sums split differently across threads)."""
+    (and the GPU's name), torch's CPU thread count, which changes results on the CPU (float
+    sums split differently across threads), and the CPU kernels torch picked (`cpu_capability`:
+    AVX2, AVX512, ...), which can change them across machines: the same 1-thread CHE run at the
+    same commit scored 0.4770 on an earlier session's machine (not recorded) and 0.4709 on an AVX2
+    one (docs/results.md, "Randomized positions on a CHE task")."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     info = {**_code(), "transformers": version_of("transformers"), "device": str(device),
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda" and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

@@ -107,7 +107,8 @@ class Blocks:
         folder = self.data / "studies" / study
         env = pd.read_csv(folder / "environment.csv", dtype=str).fillna("")
         planned = io.read_json(folder / "export.json")["planned"]
-        cols = [c for c in ("lengen_commit", "torch", "transformers", "device", "gpu", "threads") if c in env]
+        cols = [c for c in ("lengen_commit", "torch", "transformers", "device", "gpu", "cpu_capability", "threads")
+                if c in env]
         lines = [f"{len(env)} of {planned} planned runs finished; computed with:"]
         for values, group in env.groupby(cols, sort=False):
             parts = [f"{c.replace('_commit', '')} {v}" for c, v in zip(cols, values) if v and c != "threads"]

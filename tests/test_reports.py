@@ -332,6 +332,7 @@ def test_an_export_holds_small_files_and_every_runs_environment(export):
     assert list(env["run_id"]) == list(res["run_id"]) and len(res) == 8
     assert set(env["torch"]) == {torch.__version__} and set(env["python"]) == {platform.python_version()}
     assert set(env["device"]) == {"cpu"} and set(env["threads"]) == {1}
+    assert set(env["cpu_capability"]) == {torch.backends.cpu.get_cpu_capability()}   # e.g. AVX2
 
 
 def test_the_report_of_an_export_is_the_report_of_the_sweep(export, tmp_path):

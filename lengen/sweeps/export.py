@@ -7,7 +7,8 @@ and see what computed every number. `lengen sweep export SWEEP_DIR --out DIR` wr
     DIR/results.csv         one row per finished run, as in the sweep folder
     DIR/<values by length>  accuracy_by_length.csv (CHE) or ppl_by_length.csv (language models)
     DIR/environment.csv     per finished run: the lengen commit, Python, torch, transformers,
-                            device and CPU threads it ran with (its eval.json's `environment`)
+                            device, CPU threads and CPU kernels (cpu_capability) it ran with
+                            (its eval.json's `environment`; empty for runs that predate a field)
 
 No checkpoints, logs or run directories. The tables are rebuilt from the run directories (the
 sweep's own results writer), so an export is right even when the sweep folder's tables are stale.
@@ -34,7 +35,7 @@ from lengen.sweeps.sweep_dir import SweepDir
 MARKER = "export.json"
 ENVIRONMENT = "environment.csv"
 ENVIRONMENT_COLUMNS = ("run_id", "lengen", "lengen_commit", "python", "torch", "torch_cuda_build", "transformers",
-                       "device", "gpu", "threads")
+                       "device", "gpu", "threads", "cpu_capability")
 
 
 def is_export(path) -> bool:
