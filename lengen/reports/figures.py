@@ -64,7 +64,12 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
         model = r.get("model")
         return model if isinstance(model, str) and model != "transformer" else r["pe"]
 
-    colours = line_colours(list(dict.fromkeys(line_key(r) for _, r in runs.iterrows())))
+    def colour_key(variant, r):  # the variant, r_X sharing X's colour (the paper's pairs); recurrent: its architecture
+        if line_key(r) != r["pe"]:
+            return line_key(r)
+        return variant[2:] if r["positions"] == "randomized" and variant.startswith("r_") else variant
+
+    colours = line_colours(list(dict.fromkeys(colour_key(r["variant"], r) for _, r in runs.iterrows())))
     made = {}
     for task in ordered_tasks(best["task"].unique()):
         rows = best[best["task"] == task].set_index("variant").reindex([v for v in order])
@@ -75,9 +80,10 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
         ax.axvline(n, color=MARKER_COLOUR, ls="--", lw=1, label=f"N = {n}")
         for variant, r in rows.iterrows():
             acc = accuracy[accuracy["run_id"] == r["run_id"]].sort_values("length")
-            # one colour per encoding; randomized positions solid, others dotted; recurrent dash-dot
+            # one colour per variant and its randomized twin; randomized positions solid, others
+            # dotted; recurrent dash-dot
             ls = "-." if line_key(r) != r["pe"] else "-" if variant.startswith("r_") else ":"
-            ax.plot(acc["length"], acc["accuracy"], ls, lw=1.5, color=colours[line_key(r)],
+            ax.plot(acc["length"], acc["accuracy"], ls, lw=1.5, color=colours[colour_key(variant, r)],
                     label=f"{variant} ({100 * r['score']:.1f})")
         ax.set_xlabel("sequence length")
         ax.set_ylabel("accuracy")
