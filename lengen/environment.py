@@ -75,6 +75,7 @@ def describe() -> dict:
         "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
         "cuda_devices": "; ".join(cuda_devices()) or None,
         "torch_threads": str(torch.get_num_threads()),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "openmp_wait_policy": lengen.OPENMP_WAIT,
     }
     info.update({name: version_of(name) for name in LIBRARIES})

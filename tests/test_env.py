@@ -35,6 +35,7 @@ def test_env_json_matches_the_libraries_own_versions(capsys, no_gpu):
     assert info["numpy"] == numpy.__version__
     assert info["python"] == platform.python_version()
     assert info["torch_threads"] == str(torch.get_num_threads())
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()   # the CPU kernels: AVX2, ...
     assert info["cuda_devices"] is None          # no_gpu: torch sees none
     transformers = pytest.importorskip("transformers")
     assert info["transformers"] == transformers.__version__
