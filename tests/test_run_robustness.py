@@ -153,6 +153,17 @@ def test_the_other_kind_of_run_is_named(run, tmp_path, capsys):
     assert "this is a CHE run: use `lengen eval`" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize("command", [["eval"], ["lm", "eval"], ["mlm", "eval"]])
+def test_an_arithmetic_run_is_named_by_the_other_evals(tmp_path, capsys, command):
+    from lengen.arith.config import ArithConfig
+
+    arith_run = tmp_path / "arith"   # it has `task` too: it must not be taken for a CHE run
+    io.write_json(arith_run / "config.json", ArithConfig().to_dict())
+    capsys.readouterr()
+    assert main([*command, str(arith_run), "--no-progress"]) == 2
+    assert "this is an arithmetic run: use `lengen arith eval`" in one_error_line(capsys)
+
+
 def test_tasks_explains_its_symbols(capsys):
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out

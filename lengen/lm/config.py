@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
-from lengen.models.config import CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
+from lengen.models.config import ARITH_KEY, ARITH_RUN, CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
 from lengen.positions import SAMPLERS
 
@@ -80,7 +80,7 @@ class LMConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> LMConfig:
         """`where` (a run directory) prefixes the error messages."""
-        return run_config_from_dict(cls, d, where, {"task": CHE_RUN, "mask_rate": MLM_RUN})
+        return run_config_from_dict(cls, d, where, {ARITH_KEY: ARITH_RUN, "task": CHE_RUN, "mask_rate": MLM_RUN})
 
     def validate(self) -> None:
         ENCODINGS.get(self.model.pe)  # unknown encoding -> LengenError listing the valid ones

@@ -10,7 +10,7 @@ from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.lm.config import check_corpus_run_numbers
-from lengen.models.config import CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
+from lengen.models.config import ARITH_KEY, ARITH_RUN, CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
 from lengen.positions import SAMPLERS
 
 
@@ -60,7 +60,7 @@ class MLMConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> MLMConfig:
         """`where` (a run directory) prefixes the error messages."""
-        cfg = run_config_from_dict(cls, d, where, {"task": CHE_RUN}, " (not a `lengen mlm` run?)")
+        cfg = run_config_from_dict(cls, d, where, {ARITH_KEY: ARITH_RUN, "task": CHE_RUN}, " (not a `lengen mlm` run?)")
         if cfg.model.causal:   # a decoder LM run has every key an MLM run has: its causal model tells
             raise LengenError((f"{where}: " if where else "") + LM_RUN)
         return cfg

@@ -145,6 +145,9 @@ class ModelConfig:
 CHE_RUN = "this is a CHE run: use `lengen eval` (or `lengen train`)"
 LM_RUN = "this is a language-model run: use `lengen lm eval` (or `lengen lm train`)"
 MLM_RUN = "this is a masked-LM run: use `lengen mlm eval` (or `lengen mlm train`)"
+ARITH_RUN = "this is an arithmetic run: use `lengen arith eval` (or `lengen arith train`)"
+#: the config key only an arithmetic run has (it also has `task`, so it is checked before CHE's)
+ARITH_KEY = "train_digits"
 
 
 def run_config_from_dict(cls, d: dict, where: str | None = None, foreign: dict[str, str] | None = None,

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from lengen.devices import check_precision
 from lengen.errors import LengenError
-from lengen.models.config import ARCHITECTURES, LM_RUN, ModelConfig, not_applicable, run_config_from_dict
+from lengen.models.config import ARCHITECTURES, ARITH_KEY, ARITH_RUN, LM_RUN, ModelConfig, not_applicable, run_config_from_dict
 from lengen.options import check_finite_fields, get_path
 
 
@@ -48,7 +48,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> "TrainConfig":
         """`where` (a run directory) prefixes the error messages."""
-        return run_config_from_dict(cls, d, where, {"corpus": LM_RUN})
+        return run_config_from_dict(cls, d, where, {ARITH_KEY: ARITH_RUN, "corpus": LM_RUN})
 
     def validate(self) -> None:
         check_finite_fields(self)  # first: NaN passes every range check below (nan <= 0 is False)
