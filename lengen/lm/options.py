@@ -4,11 +4,9 @@ the one function that turns options into an LMConfig."""
 from __future__ import annotations
 
 import functools
-import typing
 
 from lengen.lm.config import LMConfig
-from lengen.models.config import ModelConfig
-from lengen.options import coerce_value, config_from_table, get_path
+from lengen.options import coerce_value, config_from_table, table_types, table_values
 
 # option name -> LMConfig path ("model." prefix: ModelConfig)
 LM_OPTIONS = {
@@ -26,9 +24,7 @@ LM_OPTIONS = {
 
 @functools.cache
 def _field_types() -> dict[str, object]:
-    hints = {**{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
-             **typing.get_type_hints(LMConfig)}
-    return {opt: hints[path] for opt, path in LM_OPTIONS.items()}
+    return table_types(LMConfig, LM_OPTIONS)
 
 
 def coerce_lm_option(name: str, value):
@@ -38,8 +34,7 @@ def coerce_lm_option(name: str, value):
 
 def lm_option_values(cfg: LMConfig) -> dict:
     """Every option's value in a config, by option name (for results tables)."""
-    d = cfg.to_dict()
-    return {name: get_path(d, path) for name, path in LM_OPTIONS.items()}
+    return table_values(cfg, LM_OPTIONS)
 
 
 def lm_config_from_options(options: dict) -> LMConfig:

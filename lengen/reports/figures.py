@@ -88,7 +88,7 @@ def accuracy_by_length(runs: pd.DataFrame, accuracy: pd.DataFrame, out: Path) ->
         ax.set_xlabel("sequence length")
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1.02)
-        ax.set_title(f"{task_label(task)}: best run per encoding (score in brackets)")
+        ax.set_title(f"{task_label(task)}: best run per variant (score in brackets)")
         ax.legend(fontsize=7, ncol=2, loc="lower left")
         ax.grid(alpha=0.3)
         made[task] = _save(fig, out, f"fig4_{task}")[0]

@@ -4,12 +4,11 @@ files, where each lands in TrainConfig, and the one function that turns options 
 from __future__ import annotations
 
 import functools
-import typing
 from dataclasses import fields
 
 from lengen.errors import LengenError
 from lengen.models.config import ModelConfig, not_applicable
-from lengen.options import coerce_value, get_path, set_path
+from lengen.options import coerce_value, set_path, table_types, table_values
 from lengen.presets import get_preset
 from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
 
@@ -25,9 +24,7 @@ def check_given_options(given, architecture: str, flags: bool = True) -> None:
 
 @functools.cache
 def _field_types() -> dict[str, object]:
-    hints = {**{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
-             **typing.get_type_hints(TrainConfig)}
-    return {opt: hints[path] for opt, path in TRAIN_OPTIONS.items()}
+    return table_types(TrainConfig, TRAIN_OPTIONS)
 
 
 def coerce_option(name: str, value):
@@ -56,5 +53,4 @@ def config_from_options(options: dict, preset: str | None = None) -> TrainConfig
 
 def option_values(cfg: TrainConfig) -> dict:
     """Every option's value in a config, by option name (for results tables)."""
-    d = cfg.to_dict()
-    return {name: get_path(d, path) for name, path in TRAIN_OPTIONS.items()}
+    return table_values(cfg, TRAIN_OPTIONS)
