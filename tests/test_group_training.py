@@ -87,6 +87,7 @@ def assert_matches_solo(cfgs, tmp_path, records, strict=()):
         for x, y in zip(outputs(tmp_path / f"g{i}", cfg), outputs(tmp_path / f"solo{i}", cfg)):
             torch.testing.assert_close(x, y, atol=tol, rtol=0)
         assert records[i]["accuracy_by_length"] == solo["accuracy_by_length"]
+        assert records[i]["group_size"] == len(cfgs) and "group_size" not in solo   # who trained together
         g_rows = [json.loads(r) for r in (tmp_path / f"g{i}/metrics.jsonl").read_text().splitlines()]
         s_rows = [json.loads(r) for r in (tmp_path / f"solo{i}/metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in g_rows] == [r["step"] for r in s_rows]

@@ -149,7 +149,7 @@ def train_group(cfgs: list[TrainConfig], outs: list[str | Path], progress: bool 
                 records.append(previous)
                 continue
         records.append(evaluate_run(session.run, parts=part, cfg=cfg, progress=progress,
-                                    train_seconds=trained[i]))
+                                    train_seconds=trained[i], group_size=len(active) if i in active else None))
     if diverged:
         raise TrainingDiverged("; ".join(f"{outs[i]}: {why}" for i, why in diverged.items()))
     return records

@@ -167,10 +167,11 @@ def load_trained(run: RunDir, cfg: TrainConfig, test_mode: str | None = None,
 def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | None = None,
                  test_mode: str | None = None, max_length: int | None = None,
                  eval_samples: int | None = None, progress: bool = True, suffix: str = "",
-                 train_seconds: float | None = None) -> dict:
+                 train_seconds: float | None = None, group_size: int | None = None) -> dict:
     """Evaluate the checkpoint of `run` at lengths 1..max_length on cfg.device in cfg.precision;
     write accuracy{suffix}.png, then eval{suffix}.json (last: its presence means the evaluation
-    finished). Returns the eval record."""
+    finished). Returns the eval record; `group_size`, recorded when given: how many models
+    trained together with this one (lengen.training.group), which changes its float sums."""
     cfg = cfg or TrainConfig.from_dict(run.read_config(), where=str(run.path))
     device = resolve_device(cfg.device)
     max_length = max_length or cfg.max_length
@@ -206,6 +207,8 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     }
     if train_seconds is not None:
         record["train_seconds"] = train_seconds
+    if group_size is not None:
+        record["group_size"] = group_size
     plot_accuracy({f"{cfg.model.pe} / {cfg.positions} (test: {parts.test_mode})": acc}, cfg.train_length,
                   run.file(f"accuracy{suffix}.png"), title=cfg.task)
     io.write_json(run.file(f"eval{suffix}.json"), record)
