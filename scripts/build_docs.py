@@ -10,7 +10,8 @@ A generated block in a docs page is the text between
 
 and KIND ARGS say what it shows (Blocks below; quote an argument with spaces, as a shell would), e.g. `che ruoss2023-mini table1` is Table 1 of the
 export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions, and
-`report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind). A doc claim
+`report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind),
+`lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`). A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
@@ -37,6 +38,9 @@ from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
+from lengen.reports.lm import prepared  # noqa: E402
+from lengen.reports.lm_aggregate import train_lengths  # noqa: E402
+from lengen.reports.lm_compare import lm_versus, lm_versus_markdown  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
 from lengen.training.plots import plot_accuracy  # noqa: E402
@@ -88,6 +92,14 @@ class Blocks:
             (base,) = args
             return versus_markdown(versus(runs, base), base)
         raise KeyError(f"che {what}")
+
+    def lm(self, study: str, what: str, base: str) -> str:
+        """`lm STUDY versus BASE`: a language-model study's rows against BASE, seed by seed at
+        each length (`lengen report STUDY --versus BASE`)."""
+        if what != "versus":
+            raise KeyError(f"lm {what}")
+        runs, values, metric = prepared(load_sweep(self.data / "studies" / study))
+        return lm_versus_markdown(lm_versus(runs, values, metric, base), base, train_lengths(runs))
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:

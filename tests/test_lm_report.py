@@ -284,3 +284,56 @@ def test_lm_page_renders_offline_in_a_browser(tmp_path):
     assert re.findall(r"<td><b>(.*?)</b></td>", table) == [_fmt(*EXPECTED["RoPE"][128]),
                                                           _fmt(*EXPECTED["RoPE + pi:factor=4"][512])]
     assert "http://" not in dom and "https://" not in dom
+
+
+# --versus on hand-made values: differences written out by hand, pairs by seed, lower ppl wins
+def test_versus_pairs_seeds_at_each_length_and_lower_perplexity_wins():
+    from lengen.reports.lm_compare import lm_versus, lm_versus_markdown
+
+    t = lm_versus(hand_runs(), hand_values(), "ppl", "RoPE").set_index(["variant", "length"])
+    assert list(dict.fromkeys(v for v, _ in t.index)) == ["RoPE + pi:factor=4", "FIRE"]
+    fire = t.loc[("FIRE", 512)]   # seed 0: log 9 - log 20, seed 1: log 9 - log 30
+    d0, d1 = L(9 / 20), L(9 / 30)
+    half = T_975_1 * (abs(d0 - d1) / R2) / R2
+    assert fire["n"] == 2 and fire["difference"] == pytest.approx((d0 + d1) / 2)
+    assert fire["low"] == pytest.approx((d0 + d1) / 2 - half) and fire["high"] == pytest.approx((d0 + d1) / 2 + half)
+    assert (fire["wins"], fire["losses"], fire["verdict"]) == (2, 0, "within noise")  # 2 wins, wide interval
+    at128 = t.loc[("FIRE", 128)]   # 4.2 vs 4 loses, 4.8 vs 5 wins
+    assert (at128["wins"], at128["losses"]) == (1, 1)
+    assert at128["difference"] == pytest.approx((L(4.2 / 4) + L(4.8 / 5)) / 2)
+
+    # two seeds that agree closely: the interval leaves 0, and the verdict follows its side
+    close = dict(PPL)
+    close[("fire0", "base")] = {128: 4.0 * math.exp(0.50), 512: 20.0 * math.exp(-1.00)}
+    close[("fire1", "base")] = {128: 5.0 * math.exp(0.51), 512: 30.0 * math.exp(-1.01)}
+    t = lm_versus(hand_runs(), hand_values(close), "ppl", "RoPE").set_index(["variant", "length"])
+    assert t.loc[("FIRE", 512), "verdict"] == "wins" and t.loc[("FIRE", 128), "verdict"] == "loses"
+    assert t.loc[("FIRE", 512), "difference"] == pytest.approx(-1.005)
+    md = lm_versus_markdown(t.reset_index(), "RoPE", [128])
+    assert "| variant | 128 (train) | 512 |" in md
+    fire_row = next(line for line in md.splitlines() if line.startswith("| FIRE |"))
+    assert "-1.005 [" in fire_row and fire_row.rstrip(" |").endswith("wins")
+
+
+def test_versus_leaves_out_an_infinite_perplexity_and_one_seed_is_not_shown():
+    from lengen.reports.lm_compare import lm_versus
+
+    ppl = dict(PPL)
+    ppl[("fire1", "base")] = {128: float("inf"), 512: 9.0}
+    t = lm_versus(hand_runs(), hand_values(ppl), "ppl", "RoPE").set_index(["variant", "length"])
+    assert t.loc[("FIRE", 128), "n"] == 1 and t.loc[("FIRE", 128), "verdict"] == "not shown"
+    assert t.loc[("FIRE", 128), "difference"] == pytest.approx(L(4.2 / 4))
+
+
+def test_versus_on_accuracy_higher_wins_and_an_unknown_base_is_named():
+    from lengen.errors import LengenError
+    from lengen.reports.lm_compare import lm_versus
+
+    acc = pd.DataFrame([{"run_id": rid, "method": m, "length": 256, "accuracy": a}
+                        for (rid, m), a in {("rope0", "rope"): 0.2, ("rope1", "rope"): 0.3,
+                                            ("fire0", "base"): 0.9, ("fire1", "base"): 0.99}.items()])
+    t = lm_versus(hand_runs(), acc, "accuracy", "RoPE").set_index(["variant", "length"])
+    assert t.loc[("FIRE", 256), "difference"] == pytest.approx((0.7 + 0.69) / 2)
+    assert (t.loc[("FIRE", 256), "wins"], t.loc[("FIRE", 256), "verdict"]) == (2, "wins")
+    with pytest.raises(LengenError, match="no variant 'rope' in this sweep; its variants: RoPE, RoPE \\+ pi"):
+        lm_versus(hand_runs(), hand_values(), "ppl", "rope")

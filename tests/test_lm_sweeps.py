@@ -211,6 +211,20 @@ def test_report_of_an_lm_sweep_averages_log_ppl_over_seeds(tmp_path, capsys):
         assert cell["n"].item() == 2
     assert (out / "report" / "index.html").exists() and (out / "report" / "ppl_vs_length.png").stat().st_size > 0
 
+    # --versus: ALiBi - RoPE in log ppl, paired by seed, per length, from the CSV by hand
+    capsys.readouterr()
+    assert main(["report", str(out), "--versus", "RoPE"]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    lengths = [int(h.split()[0]) for h in lines[0].strip("| ").split(" | ")[1:]]
+    alibi = next(line for line in lines if line.startswith("| ALiBi |")).strip("| ").split(" | ")[1:]
+    by = {(r.pe, r.seed, r.length): math.log(r.ppl) for r in values.merge(runs[["run_id", "seed"]], on="run_id")
+          .query("method in ['rope', 'base']").itertuples()}
+    for length, text in zip(lengths, alibi):
+        diffs = [by[("alibi", s, length)] - by[("rope", s, length)] for s in (0, 1)]
+        assert text.startswith(f"{sum(diffs) / 2:+.3f} ["), (length, text)
+    assert "a win is a lower perplexity" in printed
+
 
 def test_ray_backend_gives_the_local_tables(tmp_path):
     ray = pytest.importorskip("ray")

@@ -8,8 +8,11 @@ from pathlib import Path
 from lengen import reports  # build_report by attribute: a test can stand in for it
 from lengen.errors import LengenError
 from lengen.io import check_writable
+from lengen.reports import lm_aggregate
 from lengen.reports.che import variant_runs
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
+from lengen.reports.lm import prepared
+from lengen.reports.lm_compare import lm_versus, lm_versus_markdown
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -42,6 +45,12 @@ noise" (it holds 0) or "not shown" (fewer than 2 pairs). It writes nothing.
 --versus BASE pairs every other variant with BASE the same way and prints one row per variant: its
 difference per task and over all tasks with the interval (n cells), its wins / losses over the
 cells, and the verdict over all tasks.
+
+  lengen report sweeps/fire-mini --versus RoPE      # a language-model sweep: lm_table.md's row labels
+
+For a language-model sweep, --versus BASE pairs each other row of lm_table.md with BASE seed by seed
+at each evaluation length and prints the mean difference of the log perplexity (accuracy for
+passkey / RULER sweeps) with its 95% t interval and the verdict: a lower perplexity wins.
 """
 
 
@@ -55,7 +64,8 @@ def add_parser(sub) -> None:
                         "(CHE sweeps; labels as in Table 1, e.g. r_rope rope)")
     p.add_argument("--versus", metavar="BASE",
                    help="instead of the report: every other variant against BASE, one row each, paired as "
-                        "--compare pairs them (CHE sweeps; e.g. --versus rope)")
+                        "--compare pairs them (CHE sweeps; e.g. --versus rope), or, for a language-model "
+                        "sweep, seed by seed at each length (e.g. --versus RoPE)")
     p.set_defaults(func=run)
 
 
@@ -87,6 +97,14 @@ def _say_outside(sweep_dir) -> None:
 def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
     """--compare A B, or --versus A (b None)."""
     flag = "--compare" if b else "--versus"
+    if command == "lm" and not b:
+        data = reports.load_sweep(sweep_dir)
+        runs, values, metric = prepared(data)
+        print(lm_versus_markdown(lm_versus(runs, values, metric, a), a, lm_aggregate.train_lengths(runs)), end="")
+        unit = "log perplexity (natural log)" if metric == "ppl" else "accuracy"
+        print(f"differences variant - {a} in {unit} over the seeds where both finished; interval: 95% t "
+              f"over the seeds; a win is a {'lower perplexity' if metric == 'ppl' else 'higher accuracy'}")
+        return 0
     if command != "train":
         raise LengenError(f"{flag} applies to CHE sweeps (command: train), not `command: {command}`")
     runs = variant_runs(reports.load_sweep(sweep_dir))

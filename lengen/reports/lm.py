@@ -103,6 +103,17 @@ def csv_frame(cells: pd.DataFrame) -> pd.DataFrame:
     return c[["variant", "encoding", "method", "length", "n", "mean", "std", "low", "high"]].reset_index(drop=True)
 
 
+def prepared(data: SweepData) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(runs, values, metric) of an LM sweep as the tables read them: numeric run columns, and a
+    RULER run's value per length the mean over its tasks (a task too long is NaN)."""
+    metric = metric_of(protocol_of(data.evaluation))
+    runs = data.runs.astype({c: float for c in ("train_loss", "val_ppl", "seconds")})
+    values = data.values
+    if "task" in values:
+        values = values.groupby(["run_id", "method", "length"], as_index=False, sort=False)[metric].mean()
+    return runs, values, metric
+
+
 def build(data: SweepData, out: Path) -> dict:
     """Write lm_table.md, lm_table.csv, ppl_vs_length.png/.svg (accuracy_vs_length for metric
     accuracy; no figure while no run has a value) and index.html into `out`. Returns out, table
@@ -110,11 +121,7 @@ def build(data: SweepData, out: Path) -> dict:
     runs with a value, planned runs), markdown (lm_table.md's text) and figure (the PNG's name or
     None)."""
     protocol = protocol_of(data.evaluation)
-    metric = metric_of(protocol)
-    runs = data.runs.astype({c: float for c in ("train_loss", "val_ppl", "seconds")})
-    values = data.values
-    if "task" in values:  # RULER's score of a run: the mean over its tasks (a task too long is NaN)
-        values = values.groupby(["run_id", "method", "length"], as_index=False, sort=False)[metric].mean()
+    runs, values, metric = prepared(data)
     done = int(runs["done"].fillna(False).astype(bool).sum()) if "done" in runs else 0
     variants = lm.variants(runs, values)
     cells = lm.cells(runs, values, metric)
