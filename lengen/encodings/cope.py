@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch._C._functorch import is_batchedtensor
 
-from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.base import PositionalEncoding, under_vmap
 from lengen.errors import LengenError
 
 #: elements of one [B, H, rows, Tk] block when evaluating without autograd (4 MB in float32: on a
@@ -97,7 +96,7 @@ class CopeEncoding(PositionalEncoding):
             e = e.to(dtype)
             Tq, Tk = q.shape[-2], k.shape[-2]
             block = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
-            if torch.is_grad_enabled() or block >= Tq or is_batchedtensor(q):  # vmap: no in-place blocks
+            if torch.is_grad_enabled() or block >= Tq or under_vmap(q):  # vmap: no in-place blocks
                 return self._bias(q, k, e, rows, scale, Tk - Tq)
             # no autograd (evaluation): every query row is independent, so query blocks bound the
             # temporaries (about ten of the output's size) to a few blocks; only the output is whole

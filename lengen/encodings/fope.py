@@ -43,9 +43,8 @@ import math
 
 import torch
 from torch import nn
-from torch._C._functorch import is_batchedtensor
 
-from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.base import PositionalEncoding, under_vmap
 from lengen.encodings.rope import apply_rotary, default_inv_freq, rotate_pair_halves
 from lengen.errors import LengenError
 
@@ -135,7 +134,7 @@ class FopeEncoding(PositionalEncoding):
         cq, sq = self._tables(state[0], state[1], layer)
         ck, sk = (cq, sq) if state[2] is state[0] else self._tables(state[2], state[3], layer)
         if (self.learnable or q.dtype != torch.float32 or k.dtype != torch.float32
-                or is_batchedtensor(q) or is_batchedtensor(k) or is_batchedtensor(cq)):
+                or under_vmap(q, k, cq)):
             # autograd's path: gradients for A (learnable), other dtypes, and under vmap (a stack of models)
             def rotate(x, c, s):
                 return apply_rotary(x, torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1))

@@ -14,9 +14,8 @@ The functions here are shared by the training-free extrapolation methods, which 
 from __future__ import annotations
 
 import torch
-from torch._C._functorch import is_batchedtensor
 
-from lengen.encodings.base import PositionalEncoding
+from lengen.encodings.base import PositionalEncoding, under_vmap
 from lengen.errors import LengenError
 
 
@@ -112,7 +111,7 @@ def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):
     vmap, which the hand-written Function does not support)."""
     d = cos_q.shape[-1]
     if (q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]
-            or is_batchedtensor(q) or is_batchedtensor(k)):  # under torch.func.vmap (a group of models)
+            or under_vmap(q, k)):  # under torch.func.vmap (a group of models)
         return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
     h = d // 2  # the tables repeat their first half: cos(p w_i) for channel i and i + d/2
     return rotate_pair_halves(q, k, cos_q[..., :h], sin_q[..., :h], cos_k[..., :h], sin_k[..., :h])
