@@ -337,3 +337,14 @@ def test_versus_on_accuracy_higher_wins_and_an_unknown_base_is_named():
     assert (t.loc[("FIRE", 256), "wins"], t.loc[("FIRE", 256), "verdict"]) == (2, "wins")
     with pytest.raises(LengenError, match="no variant 'rope' in this sweep; its variants: RoPE, RoPE \\+ pi"):
         lm_versus(hand_runs(), hand_values(), "ppl", "rope")
+
+
+def test_a_result_column_is_not_an_option_even_while_runs_are_unfinished():
+    # the parameter count is a result: NaN until a run finishes, and SSMax's s per head adds some;
+    # neither may split a variant's runs into two rows or name a row
+    runs = hand_runs()
+    runs["parameters"] = [1000.0, np.nan, 1016.0, np.nan]   # rope0 finished, rope1 running, ...
+    runs.loc[runs["seed"] == 1, "done"] = False
+    assert lm.option_columns(runs) == []
+    mean, _, _ = lm.table(runs, hand_values(), "ppl")
+    assert list(mean.index) == ["RoPE", "RoPE + pi:factor=4", "FIRE"]

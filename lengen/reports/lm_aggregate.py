@@ -44,7 +44,7 @@ POSITION_LABELS = {"pose": "PoSE"}
 LOGIT_SCALE_LABELS = {"ssmax": "SSMax", "llama4_temperature": "Llama 4 temperature"}
 
 #: columns of `runs` that are never part of a variant
-NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "seconds", "train_seconds",
+NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "parameters", "seconds", "train_seconds",
                "eval_seconds", "device", "variant", "group", "group_label", "method"}
 
 METRICS = ("ppl", "accuracy")
