@@ -38,9 +38,7 @@ from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
-from lengen.reports.lm import prepared  # noqa: E402
-from lengen.reports.lm_aggregate import train_lengths  # noqa: E402
-from lengen.reports.lm_compare import lm_versus, lm_versus_markdown  # noqa: E402
+from lengen.reports.lm_compare import lm_versus_text  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
 from lengen.training.plots import plot_accuracy  # noqa: E402
@@ -98,8 +96,7 @@ class Blocks:
         each length (`lengen report STUDY --versus BASE`)."""
         if what != "versus":
             raise KeyError(f"lm {what}")
-        runs, values, metric = prepared(load_sweep(self.data / "studies" / study))
-        return lm_versus_markdown(lm_versus(runs, values, metric, base), base, train_lengths(runs))
+        return lm_versus_text(load_sweep(self.data / "studies" / study), base)
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:

@@ -8,11 +8,10 @@ from pathlib import Path
 from lengen import reports  # build_report by attribute: a test can stand in for it
 from lengen.errors import LengenError
 from lengen.io import check_writable
-from lengen.reports import lm_aggregate
 from lengen.reports.che import variant_runs
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
 from lengen.reports.lm import prepared
-from lengen.reports.lm_compare import lm_versus, lm_versus_markdown
+from lengen.reports.lm_compare import lm_versus_text
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -99,8 +98,8 @@ def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
     flag = "--compare" if b else "--versus"
     if command == "lm" and not b:
         data = reports.load_sweep(sweep_dir)
-        runs, values, metric = prepared(data)
-        print(lm_versus_markdown(lm_versus(runs, values, metric, a), a, lm_aggregate.train_lengths(runs)), end="")
+        print(lm_versus_text(data, a), end="")
+        metric = prepared(data)[2]
         unit = "log perplexity (natural log)" if metric == "ppl" else "accuracy"
         print(f"differences variant - {a} in {unit} over the seeds where both finished; interval: 95% t "
               f"over the seeds; a win is a {'lower perplexity' if metric == 'ppl' else 'higher accuracy'}")

@@ -14,6 +14,7 @@ import pandas as pd
 
 from lengen.errors import LengenError
 from lengen.reports import lm_aggregate as lm
+from lengen.reports.lm import prepared
 from lengen.reports.render import markdown_rows
 from lengen.reports.stats import paired
 
@@ -45,9 +46,9 @@ def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) 
             d = p.difference
             if d.n == 0:
                 continue
+            low, high = sorted((sign * d.low, sign * d.high))   # back to the metric's own direction
             rows.append({"variant": variant, "length": length, "n": d.n, "difference": sign * d.mean,
-                         "std": d.std, "low": sign * (d.high if sign < 0 else d.low),
-                         "high": sign * (d.low if sign < 0 else d.high),
+                         "std": d.std, "low": low, "high": high,
                          "wins": p.a_wins, "losses": p.b_wins, "verdict": p.verdict})
     if not rows:
         raise LengenError(f"--versus: no variant has a finished run at a seed where {base!r} has one")
@@ -72,3 +73,10 @@ def lm_versus_markdown(table: pd.DataFrame, base: str, trained: list[int]) -> st
         rows.append([variant, *(cell(by.get(n)) for n in lengths)])
     header = ["variant", *(lm.length_header(n, trained) for n in lengths)]
     return markdown_rows(header, rows, escape=lambda s: s.replace("|", "\\|").replace("*", "\\*"))
+
+
+def lm_versus_text(data, base: str) -> str:
+    """The --versus table of an LM sweep's data (lengen.reports.load.SweepData), as the command
+    prints it and docs/ shows it."""
+    runs, values, metric = prepared(data)
+    return lm_versus_markdown(lm_versus(runs, values, metric, base), base, lm.train_lengths(runs))
