@@ -312,7 +312,8 @@ def test_versus_pairs_seeds_at_each_length_and_lower_perplexity_wins():
     md = lm_versus_markdown(t.reset_index(), "RoPE", [128])
     assert "| variant | 128 (train) | 512 |" in md
     fire_row = next(line for line in md.splitlines() if line.startswith("| FIRE |"))
-    assert "-1.005 [" in fire_row and fire_row.rstrip(" |").endswith("wins")
+    at512 = fire_row.split(" | ")[2]
+    assert at512.startswith("-1.005 [") and at512.endswith("wins")
 
 
 def test_versus_leaves_out_an_infinite_perplexity_and_one_seed_is_not_shown():
@@ -348,3 +349,24 @@ def test_a_result_column_is_not_an_option_even_while_runs_are_unfinished():
     assert lm.option_columns(runs) == []
     mean, _, _ = lm.table(runs, hand_values(), "ppl")
     assert list(mean.index) == ["RoPE", "RoPE + pi:factor=4", "FIRE"]
+
+
+def test_versus_has_a_validation_column_for_trained_variants_only():
+    from lengen.reports.lm_compare import VALIDATION, lm_versus, lm_versus_markdown
+
+    runs = hand_runs()
+    runs["val_ppl"] = [3.0, 4.0, 3.3, 3.6]            # rope0, rope1, fire0, fire1
+    t = lm_versus(runs, hand_values(), "ppl", "RoPE")
+    val = t[t["length"].isna()].set_index("variant")
+    # FIRE only: RoPE + pi is an evaluation of RoPE's own runs, so it has no validation pair
+    assert list(val.index) == ["FIRE"]
+    d0, d1 = L(3.3 / 3.0), L(3.6 / 4.0)               # by hand, seed by seed
+    assert val.loc["FIRE", "difference"] == pytest.approx((d0 + d1) / 2)
+    assert (val.loc["FIRE", "wins"], val.loc["FIRE", "losses"]) == (1, 1)   # lower ppl wins: seed 1
+    md = lm_versus_markdown(t, "RoPE", [128])
+    assert md.splitlines()[0] == f"| variant | 128 (train) | 512 | {VALIDATION} |"
+    pi_row = next(line for line in md.splitlines() if line.startswith("| RoPE + pi"))
+    assert pi_row.rstrip().endswith("| — |")
+    # an accuracy sweep has no perplexity column
+    acc = hand_values().rename(columns={"ppl": "accuracy"})
+    assert lm_versus(runs, acc, "accuracy", "RoPE")["length"].notna().all()

@@ -49,7 +49,8 @@ cells, and the verdict over all tasks.
 
 For a language-model sweep, --versus BASE pairs each other row of lm_table.md with BASE seed by seed
 at each evaluation length and prints the mean difference of the log perplexity (accuracy for
-passkey / RULER sweeps) with its 95% t interval and the verdict: a lower perplexity wins.
+passkey / RULER sweeps) with its 95% t interval and the verdict: a lower perplexity wins. Its last
+column pairs the trained variants' own validation perplexity at the end of training (val_ppl).
 """
 
 

@@ -3,7 +3,11 @@ variant of lm_table.md (its row labels, e.g. `RoPE, SSMax` or `RoPE + yarn:facto
 BASE, paired run by run at each evaluation length: a pair is one seed that both finished. Per
 variant and length: the mean paired difference variant - BASE of the log perplexity (natural
 log; of the accuracy for passkey / RULER sweeps), its 95% t interval over the seeds, and the
-verdict the interval allows (lengen.reports.stats), with lower perplexity counted as a win."""
+verdict the interval allows (lengen.reports.stats), with lower perplexity counted as a win. A
+perplexity sweep also gets a `validation` column: the same pairing on each run's own validation
+perplexity at the end of training (`val_ppl`: consecutive training-length windows of the
+validation stream, most starting mid-document, where the length columns score documents from
+their first byte), for the rows that are trained variants rather than evaluation-time methods."""
 
 from __future__ import annotations
 
@@ -25,8 +29,25 @@ def _by_seed(lv: pd.DataFrame, variant: str, length: int, sign: float) -> dict:
     return {s: sign * float(v) for s, v in zip(g["seed"], g["value"]) if np.isfinite(v)}
 
 
+VALIDATION = "validation (end of training)"
+
+
+def _validation_by_seed(runs: pd.DataFrame, group: str) -> dict:
+    """{seed: -log val_ppl} of one trained variant's runs (negated: higher is better)."""
+    g = runs[runs["group"] == group]
+    return {s: -math.log(float(v)) for s, v in zip(g["seed"], g["val_ppl"]) if np.isfinite(v) and v > 0}
+
+
+def _row(variant: str, length, p, sign: float) -> dict:
+    d = p.difference
+    low, high = sorted((sign * d.low + 0.0, sign * d.high + 0.0))   # the metric's own direction; no -0.0
+    return {"variant": variant, "length": length, "n": d.n, "difference": sign * d.mean + 0.0, "std": d.std,
+            "low": low, "high": high, "wins": p.a_wins, "losses": p.b_wins, "verdict": p.verdict}
+
+
 def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) -> pd.DataFrame:
-    """One row per (variant, length) where the variant and `base` share a seed: variant, length,
+    """One row per (variant, length) where the variant and `base` share a seed: variant, length
+    (None for the validation perplexity at the end of training, in ppl sweeps),
     n (seeds paired), difference (variant - base, in the metric's unit: log ppl or accuracy),
     std, low, high (its 95% t interval), wins and losses (seeds where the variant is better /
     worse: lower log ppl, higher accuracy) and the verdict for the variant. An infinite
@@ -37,19 +58,20 @@ def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) 
         raise LengenError(f"--versus: no variant {base!r} in this sweep; its variants: {', '.join(known)}")
     sign = -1.0 if metric == "ppl" else 1.0      # a win: lower perplexity, higher accuracy
     lengths = sorted(int(x) for x in lv["length"].unique())
+    groups = lm.add_groups(runs)
+    trained = set(groups["group"]) if metric == "ppl" and "val_ppl" in groups else set()
     rows = []
     for variant in known:
         if variant == base:
             continue
         for length in lengths:
             p = paired(_by_seed(lv, variant, length, sign), _by_seed(lv, base, length, sign))
-            d = p.difference
-            if d.n == 0:
-                continue
-            low, high = sorted((sign * d.low, sign * d.high))   # back to the metric's own direction
-            rows.append({"variant": variant, "length": length, "n": d.n, "difference": sign * d.mean,
-                         "std": d.std, "low": low, "high": high,
-                         "wins": p.a_wins, "losses": p.b_wins, "verdict": p.verdict})
+            if p.difference.n:
+                rows.append(_row(variant, length, p, sign))
+        if variant in trained and base in trained:   # a training-time variant against a trained base
+            p = paired(_validation_by_seed(groups, variant), _validation_by_seed(groups, base))
+            if p.difference.n:
+                rows.append(_row(variant, None, p, sign))
     if not rows:
         raise LengenError(f"--versus: no variant has a finished run at a seed where {base!r} has one")
     return pd.DataFrame(rows)
@@ -58,7 +80,8 @@ def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) 
 def lm_versus_markdown(table: pd.DataFrame, base: str, trained: list[int]) -> str:
     """Variants (rows) x lengths (columns); a cell: the mean difference from `base`, its 95%
     interval and the verdict ("not shown" with one seed)."""
-    lengths = sorted(int(x) for x in table["length"].unique())
+    lengths = sorted(int(x) for x in table["length"].dropna().unique())
+    columns = [*lengths, *([None] if table["length"].isna().any() else [])]
 
     def cell(r) -> str:
         if r is None:
@@ -69,9 +92,9 @@ def lm_versus_markdown(table: pd.DataFrame, base: str, trained: list[int]) -> st
 
     rows = []
     for variant, group in table.groupby("variant", sort=False):
-        by = {int(r["length"]): r for _, r in group.iterrows()}
-        rows.append([variant, *(cell(by.get(n)) for n in lengths)])
-    header = ["variant", *(lm.length_header(n, trained) for n in lengths)]
+        by = {None if pd.isna(r["length"]) else int(r["length"]): r for _, r in group.iterrows()}
+        rows.append([variant, *(cell(by.get(n)) for n in columns)])
+    header = ["variant", *(VALIDATION if n is None else lm.length_header(n, trained) for n in columns)]
     return markdown_rows(header, rows, escape=lambda s: s.replace("|", "\\|").replace("*", "\\*"))
 
 
