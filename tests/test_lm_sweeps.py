@@ -216,13 +216,18 @@ def test_report_of_an_lm_sweep_averages_log_ppl_over_seeds(tmp_path, capsys):
     assert main(["report", str(out), "--versus", "RoPE"]) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    lengths = [int(h.split()[0]) for h in lines[0].strip("| ").split(" | ")[1:]]
+    headers = lines[0].strip("| ").split(" | ")[1:]
+    assert headers[-1] == "validation (end of training)"
+    lengths = [int(h.split()[0]) for h in headers[:-1]]
     alibi = next(line for line in lines if line.startswith("| ALiBi |")).strip("| ").split(" | ")[1:]
     by = {(r.pe, r.seed, r.length): math.log(r.ppl) for r in values.merge(runs[["run_id", "seed"]], on="run_id")
           .query("method in ['rope', 'base']").itertuples()}
     for length, text in zip(lengths, alibi):
         diffs = [by[("alibi", s, length)] - by[("rope", s, length)] for s in (0, 1)]
         assert text.startswith(f"{sum(diffs) / 2:+.3f} ["), (length, text)
+    val = {(r.pe, r.seed): math.log(r.val_ppl) for r in runs.itertuples()}   # each run's own validation
+    diffs = [val[("alibi", s)] - val[("rope", s)] for s in (0, 1)]
+    assert alibi[-1].startswith(f"{sum(diffs) / 2:+.3f} ["), alibi[-1]
     assert "a win is a lower perplexity" in printed
 
 
