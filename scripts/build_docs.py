@@ -11,7 +11,8 @@ A generated block in a docs page is the text between
 and KIND ARGS say what it shows (Blocks below; quote an argument with spaces, as a shell would), e.g. `che ruoss2023-mini table1` is Table 1 of the
 export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions, and
 `report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind),
-`lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`). A doc claim
+`lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
+`mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals. A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
@@ -39,6 +40,7 @@ from lengen.reports import published as pub  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
 from lengen.reports.lm_compare import lm_versus_text  # noqa: E402
+from lengen.reports.mlm_compare import hypotheses_markdown, mlm_versus_text, su_hypotheses  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
 from lengen.training.plots import plot_accuracy  # noqa: E402
@@ -97,6 +99,17 @@ class Blocks:
         if what != "versus":
             raise KeyError(f"lm {what}")
         return lm_versus_text(load_sweep(self.data / "studies" / study), base)
+
+    def mlm(self, study: str, what: str, *args: str) -> str:
+        """`mlm STUDY hypotheses`: Su's H1-H5 with paired intervals; `mlm STUDY versus ROW`: every
+        other row of a masked-LM study against ROW (`lengen report STUDY --versus ROW`)."""
+        data = load_sweep(self.data / "studies" / study)
+        if what == "hypotheses":
+            return hypotheses_markdown(su_hypotheses(data.runs, data.values))
+        if what == "versus":
+            (base,) = args
+            return mlm_versus_text(data, base)
+        raise KeyError(f"mlm {what}")
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:

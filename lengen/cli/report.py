@@ -12,6 +12,7 @@ from lengen.reports.che import variant_runs
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
 from lengen.reports.lm import prepared
 from lengen.reports.lm_compare import lm_versus_text
+from lengen.reports.mlm_compare import mlm_versus_text
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -51,6 +52,13 @@ For a language-model sweep, --versus BASE pairs each other row of lm_table.md wi
 at each evaluation length and prints the mean difference of the log perplexity (accuracy for
 passkey / RULER sweeps) with its 95% t interval and the verdict: a lower perplexity wins. Its last
 column pairs the trained variants' own validation perplexity at the end of training (val_ppl).
+
+  lengen report sweeps/mlm --versus "standard; test standard; log-n off"
+  lengen report sweeps/mlm --compare "randomized; test uniform; log-n on" "randomized; test random; log-n on"
+
+For a masked-LM sweep a row of mlm_table.md is named `TRAIN; test TEST; log-n on|off`; --versus and
+--compare pair rows seed by seed at each length and print the difference of the masked-token
+accuracy in points, its 95% t interval and the verdict (a higher accuracy wins).
 """
 
 
@@ -61,11 +69,13 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="REPORT_DIR", help="where to write (default SWEEP_DIR/report)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="instead of the report: variant A against variant B, paired over task, lr and seed "
-                        "(CHE sweeps; labels as in Table 1, e.g. r_rope rope)")
+                        "(CHE sweeps; labels as in Table 1, e.g. r_rope rope), or two rows of a masked-LM sweep, seed "
+                        "by seed at each length")
     p.add_argument("--versus", metavar="BASE",
                    help="instead of the report: every other variant against BASE, one row each, paired as "
                         "--compare pairs them (CHE sweeps; e.g. --versus rope), or, for a language-model "
-                        "sweep, seed by seed at each length (e.g. --versus RoPE)")
+                        "sweep, seed by seed at each length (e.g. --versus RoPE); for a masked-LM sweep, rows named "
+                        "as `standard; test standard; log-n off`")
     p.set_defaults(func=run)
 
 
@@ -105,8 +115,11 @@ def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
         print(f"differences variant - {a} in {unit} over the seeds where both finished; interval: 95% t "
               f"over the seeds; a win is a {'lower perplexity' if metric == 'ppl' else 'higher accuracy'}")
         return 0
+    if command == "mlm":
+        print(mlm_versus_text(reports.load_sweep(sweep_dir), b or a, a if b else None), end="")
+        return 0
     if command != "train":
-        raise LengenError(f"{flag} applies to CHE sweeps (command: train), not `command: {command}`")
+        raise LengenError(f"{flag} applies to CHE, language-model and masked-LM sweeps, not `command: {command}`")
     runs = variant_runs(reports.load_sweep(sweep_dir))
     if b:
         print(comparison_markdown(compare_variants(runs, a, b), a, b))
