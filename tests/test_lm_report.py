@@ -70,7 +70,7 @@ def test_rope_variants_get_their_papers_names():
     rows = [{"run_id": f"r{p}", "pe": "rope", "seed": 0, "pe_options.fraction": p} for p in (np.nan, 0.25)]
     runs = pd.DataFrame(rows + [{"run_id": "f", "pe": "fope", "seed": 0, "pe_options.fraction": np.nan}])
     assert lm.option_columns(runs) == ["pe_options.fraction"]
-    assert lm.variant_label("rope", "rope", {"pe_options.fraction": 0.25}) == "RoPE, pe_options.fraction=0.25"
+    assert lm.variant_label("rope", "rope", {"pe_options.fraction": 0.25}) == "RoPE, fraction=0.25"
     assert lm.variant_label("fope", "base", {"pe_options.fraction": np.nan}) == "FoPE"
 
 

@@ -176,9 +176,8 @@ def test_a_variant_is_the_positions_and_every_option_that_varies_with_them():
         "position_options.distribution": [nan, nan, nan, "exponential", "beta", "beta"],
         "lr": [1e-3] * 6, "train_loss": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "val_accuracy": [0.1] * 6})
     assert list(add_variants(runs)["variant"]) == [
-        "standard", "standard", "randomized", "equal_mean, position_options.distribution=exponential",
-        "equal_mean, position_options.beta_shape=7, position_options.distribution=beta",
-        "equal_mean, position_options.beta_shape=7, position_options.distribution=beta"]
+        "standard", "standard", "randomized", "equal_mean, distribution=exponential",
+        "equal_mean, beta_shape=7, distribution=beta", "equal_mean, beta_shape=7, distribution=beta"]
 
 
 @pytest.mark.parametrize("name,runs", [("su2023-mlm-mini", 25), ("su2023-mlm-h2", 10)])

@@ -80,15 +80,15 @@ def layer_pattern_label(value) -> str:
 def option_label(column: str, value, fmt=str) -> str:
     """How a varying option names a variant: `RoPE/NoPE 3:1` for a layer pattern, `SSMax` for
     logit_scale=ssmax, nothing ("") for logit_scale=none (the plain attention: `rope`, not `rope,
-    logit_scale=none`, beside `rope, logit_scale=log_n`), else `column=value` (`fmt` formats the
-    value)."""
+    logit_scale=none`, beside `rope, logit_scale=log_n`), else `key=value` (`fmt` formats the
+    value; a nested option by its own key: `target=128` for `position_options.target`)."""
     if column == "logit_scale" and str(value) == "none":
         return ""
     if column == "layer_pe":
         return layer_pattern_label(value)
     if column == "logit_scale" and str(value) in LOGIT_SCALE_LABELS:
         return LOGIT_SCALE_LABELS[str(value)]
-    return f"{column}={fmt(value)}"
+    return f"{column.rsplit('.', 1)[-1]}={fmt(value)}"
 
 
 def is_plain_method(method) -> bool:

@@ -3,7 +3,7 @@ experiment, su_mlm.md part B) from the sweep's runs, as Markdown, a long CSV, a 
 offline HTML page.
 
 Rows: a *variant* (the training positions and every other option that varies between runs of the
-same positions, the seed left out: `equal_mean, position_options.distribution=beta, ...`, labelled
+same positions, the seed left out: `equal_mean, distribution=beta, ...`, labelled
 as lengen.reports.lm_aggregate labels encodings), then each test-position mode it was evaluated at,
 then log-n off and on; the unigram baseline last (every run's, pooled). Columns: masked-token
 accuracy at each length, bits per byte at each length, and the accuracy over the second half of
