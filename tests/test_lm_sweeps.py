@@ -269,3 +269,29 @@ def test_an_unknown_ruler_task_is_refused_before_anything_runs(tmp_path, capsys)
     spec = write_spec(tmp_path / "s.yaml", {"pe": ["rope"]}, evaluation={"protocol": "ruler", "tasks": ["nope"]})
     assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     assert "nope" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_reuse_copies_the_runs_of_the_same_configuration_from_another_sweep(tmp_path, capsys):
+    first = tmp_path / "first"
+    assert sweep(write_spec(tmp_path / "a.yaml", {"pe": ["rope"]}), first)["done"] == 1
+    spec = write_spec(tmp_path / "b.yaml", {"pe": ["rope", "alibi"]}, evaluation={"lengths": [16, 32]})
+    rope = next(r.run_id for r in expand(load_spec(spec)) if r.config.model.pe == "rope")
+    (first / "runs" / rope / "marker").write_text("from the first sweep")
+    trained_at = (first / "runs" / rope / "checkpoint.pt").stat().st_mtime_ns
+    second = tmp_path / "second"
+    counts = run_sweep(load_spec(spec), second, SweepOptions(device="cpu", workers=1, progress=False,
+                                                             reuse=str(first)))
+    assert counts["done"] == 2
+    assert "--reuse: 1 runs of the same configuration copied" in capsys.readouterr().out
+    # copied, not trained again (training the same seed anew would give the same numbers): the
+    # first sweep's marker is there and the checkpoint was not rewritten
+    assert (second / "runs" / rope / "marker").read_text() == "from the first sweep"
+    assert (second / "runs" / rope / "checkpoint.pt").stat().st_mtime_ns == trained_at
+    rows = {r["pe"]: r for r in read_csv(second / "results.csv")}
+    assert rows["rope"]["train_loss"] == read_csv(first / "results.csv")[0]["train_loss"]
+    lengths = {r["length"] for r in read_csv(second / "ppl_by_length.csv") if r["run_id"] == rope}
+    assert lengths == {"16", "32"}   # evaluated with this sweep's eval section
+    # a folder that is not a sweep: one line, exit 2, nothing written
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "third"), "--device", "cpu",
+                 "--reuse", str(tmp_path / "nowhere"), "--no-progress"]) == 2
+    assert "--reuse" in capsys.readouterr().err and not (tmp_path / "third").exists()

@@ -89,6 +89,11 @@ def add_parser(sub) -> None:
     r.add_argument("--dry-run", action="store_true", help="make every check the real run makes (the file, "
                    "the folder, the device or Ray cluster, another runner) and list the runs; write and "
                    "run nothing")
+    r.add_argument("--reuse", metavar="OTHER_DIR",
+                   help="another sweep's folder: its runs whose run id is in this grid (the same configuration; "
+                        "finished or with a checkpoint) are copied in before running, and evaluated with this "
+                        "sweep's eval: section where it differs (e.g. fire2024-mini reuses methods2025-lm-mini's "
+                        "RoPE, NoPE and FIRE runs)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=run)
 
@@ -140,7 +145,7 @@ def with_precision(spec, precision: str):
 def run(args) -> int:
     opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
                         runs_per_gpu=args.runs_per_gpu, group_size=args.group_size, ray_address=args.ray_address,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, reuse=args.reuse)
     opts.validate()  # before the file is read: a bad flag is the first thing to hear about
     spec = load_spec(args.spec)
     if args.precision is not None:

@@ -35,6 +35,7 @@ class SweepOptions:
     group_size: int | None = None   # runs trained together in one process (None: per device, lengen.sweeps.grouping)
     ray_address: str | None = None
     progress: bool = True
+    reuse: str | None = None        # another sweep folder whose runs of the same ids are copied in first
 
     def validate(self) -> None:
         if self.backend not in ("local", "ray"):
@@ -101,6 +102,12 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     holder = sweep.runner()
     if holder:
         raise sweep.busy(holder)
+    if opts.reuse is not None:
+        source = SweepDir(opts.reuse, sweep.done_file)
+        if not source.exists:
+            raise LengenError(f"--reuse {opts.reuse}: not a lengen sweep folder (no {SweepDir.INDEX})")
+        if source.path.resolve() == sweep.path.resolve():
+            raise LengenError("--reuse names the sweep's own folder: give another sweep's folder")
     return SweepPlan(runs, sweep, devices, workers, threads)
 
 
@@ -118,6 +125,7 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     runs, sweep, devices, workers, threads = plan.runs, plan.sweep, plan.devices, plan.workers, plan.threads
     sweep.check_writable()   # again, now that no other runner can change the folder
     kept = sweep.write_index(spec, runs)
+    adopted = sweep.adopt(SweepDir(opts.reuse), [r.run_id for r in runs]) if opts.reuse else []
     outside = sweep.outside(r.run_id for r in runs)
     states = {r.run_id: sweep.state(r.run_id) for r in runs}
     busy = [rid for rid, s in states.items() if s == "running"]
@@ -135,6 +143,8 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(todo)} to run{grouped} ({where})")
     if kept is not None:
         print(f"the sweep file changed: the previous one is kept in {kept}")
+    if opts.reuse:
+        print(f"--reuse: {len(adopted)} runs of the same configuration copied from {opts.reuse}")
     if outside:
         finished = sum(sweep.is_done(rid) for rid in outside)
         print(f"{len(outside)} runs in {sweep.path / 'runs'} ({finished} finished) are not in this grid and "

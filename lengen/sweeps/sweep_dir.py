@@ -130,6 +130,24 @@ class SweepDir:
         return sorted(p.name for p in found.iterdir() if p.is_dir() and p.name not in known) \
             if found.is_dir() else []
 
+    def adopt(self, other: "SweepDir", run_ids) -> list[str]:
+        """Copy into this folder the run directories of `other` (another sweep's folder) for the
+        `run_ids` that this folder lacks and that are not running there: a run id is the hash of
+        the run's whole configuration, so a run of the same id is this run, trained or partly
+        trained. Each copy is written under a temporary name and renamed (a killed copy leaves no
+        half run). Returns the ids copied; their evaluation follows this sweep's `eval:` section."""
+        copied = []
+        for rid in run_ids:
+            src, dst = other.run_path(rid), self.run_path(rid)
+            if dst.exists() or not src.is_dir() or other.state(rid) == "running":
+                continue
+            tmp = dst.with_name(f".{rid}.adopting")
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+            os.replace(tmp, dst)
+            copied.append(rid)
+        return copied
+
     def remove_run(self, run_id: str) -> None:
         """Delete a run's directory and its state and log files."""
         shutil.rmtree(self.run_path(run_id))
