@@ -10,9 +10,9 @@ from lengen.errors import LengenError
 from lengen.io import check_writable
 from lengen.reports.che import variant_runs
 from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
-from lengen.reports.lm import prepared
 from lengen.reports.lm_compare import lm_versus_text
 from lengen.reports.mlm_compare import mlm_versus_text
+from lengen.sweeps.kinds.lm import metric_of, protocol_of
 from lengen.sweeps.sweep_dir import SweepDir
 
 EPILOG = """examples:
@@ -110,7 +110,7 @@ def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
     if command == "lm" and not b:
         data = reports.load_sweep(sweep_dir)
         print(lm_versus_text(data, a), end="")
-        metric = prepared(data)[2]
+        metric = metric_of(protocol_of(data.evaluation))
         unit = "log perplexity (natural log)" if metric == "ppl" else "accuracy"
         print(f"differences variant - {a} in {unit} over the seeds where both finished; interval: 95% t "
               f"over the seeds; a win is a {'lower perplexity' if metric == 'ppl' else 'higher accuracy'}")

@@ -15,7 +15,7 @@ from lengen.reports import lm_aggregate as lm
 from lengen.reports import page
 from lengen.reports.figures import metric_against_length
 from lengen.reports.load import SweepData
-from lengen.reports.render import html_rows, markdown_rows
+from lengen.reports.render import html_rows, markdown_rows, md_escape
 from lengen.sweeps.kinds.lm import metric_of, protocol_of
 
 MISSING = "—"
@@ -85,15 +85,11 @@ def intervals_markdown(runs, values, metric: str, planned: dict, trained: list[i
     rows = [[v, *(interval_text(float(low.loc[v, c]), float(high.loc[v, c]), int(n.loc[v, c]), planned[v])
                   for c in low.columns)] for v in low.index]
     return ("Table: 95% t interval of each mean in lm_table.md, and n (runs with a value)\n\n" +
-            markdown_rows(header, rows, escape=_md_escape))
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("*", "\\*")
+            markdown_rows(header, rows, escape=md_escape))
 
 
 def markdown_table(cap: str, header, rows, bolds) -> str:
-    return f"Table: {_md_escape(cap)}\n\n" + markdown_rows(header, rows, bolds, escape=_md_escape)
+    return f"Table: {md_escape(cap)}\n\n" + markdown_rows(header, rows, bolds, escape=md_escape)
 
 
 def csv_frame(cells: pd.DataFrame) -> pd.DataFrame:
@@ -136,7 +132,7 @@ def build(data: SweepData, out: Path) -> dict:
     if len(mean.columns):
         md = markdown_table(cap, header, rows, bolds)
     else:
-        md = f"Table: {_md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
+        md = f"Table: {md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
     io.write_text(out / "lm_table.md", md)
     io.write_text(out / "lm_intervals.md", intervals_markdown(runs, values, metric, planned, trained))
     io.write_text(out / "lm_table.csv", csv_frame(cells).to_csv(index=False, float_format="%.10g"))

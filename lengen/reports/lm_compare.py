@@ -19,7 +19,7 @@ import pandas as pd
 from lengen.errors import LengenError
 from lengen.reports import lm_aggregate as lm
 from lengen.reports.lm import prepared
-from lengen.reports.render import markdown_rows
+from lengen.reports.render import markdown_rows, md_escape
 from lengen.reports.stats import paired
 
 
@@ -36,13 +36,6 @@ def _validation_by_seed(runs: pd.DataFrame, group: str) -> dict:
     """{seed: -log val_ppl} of one trained variant's runs (negated: higher is better)."""
     g = runs[runs["group"] == group]
     return {s: -math.log(float(v)) for s, v in zip(g["seed"], g["val_ppl"]) if np.isfinite(v) and v > 0}
-
-
-def _row(variant: str, length, p, sign: float) -> dict:
-    d = p.difference
-    low, high = sorted((sign * d.low + 0.0, sign * d.high + 0.0))   # the metric's own direction; no -0.0
-    return {"variant": variant, "length": length, "n": d.n, "difference": sign * d.mean + 0.0, "std": d.std,
-            "low": low, "high": high, "wins": p.a_wins, "losses": p.b_wins, "verdict": p.verdict}
 
 
 def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) -> pd.DataFrame:
@@ -67,11 +60,11 @@ def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) 
         for length in lengths:
             p = paired(_by_seed(lv, variant, length, sign), _by_seed(lv, base, length, sign))
             if p.difference.n:
-                rows.append(_row(variant, length, p, sign))
+                rows.append({"variant": variant, "length": length, **p.fields(sign)})
         if variant in trained and base in trained:   # a training-time variant against a trained base
             p = paired(_validation_by_seed(groups, variant), _validation_by_seed(groups, base))
             if p.difference.n:
-                rows.append(_row(variant, None, p, sign))
+                rows.append({"variant": variant, "length": None, **p.fields(sign)})
     if not rows:
         raise LengenError(f"--versus: no variant has a finished run at a seed where {base!r} has one")
     return pd.DataFrame(rows)
@@ -95,7 +88,7 @@ def lm_versus_markdown(table: pd.DataFrame, base: str, trained: list[int]) -> st
         by = {None if pd.isna(r["length"]) else int(r["length"]): r for _, r in group.iterrows()}
         rows.append([variant, *(cell(by.get(n)) for n in columns)])
     header = ["variant", *(VALIDATION if n is None else lm.length_header(n, trained) for n in columns)]
-    return markdown_rows(header, rows, escape=lambda s: s.replace("|", "\\|").replace("*", "\\*"))
+    return markdown_rows(header, rows, escape=md_escape)
 
 
 def lm_versus_text(data, base: str) -> str:

@@ -24,7 +24,7 @@ from lengen import io
 from lengen.reports import lm_aggregate, page
 from lengen.reports.figures import metric_against_length
 from lengen.reports.load import SweepData
-from lengen.reports.render import MISSING, html_rows, markdown_rows
+from lengen.reports.render import MISSING, html_rows, markdown_rows, md_escape
 from lengen.reports.stats import summarize
 
 #: what `lengen mlm eval` measures per row (lengen.sweeps.kinds.mlm.EVAL_COLUMNS)
@@ -151,10 +151,6 @@ def caption(trained: list[int]) -> str:
             f"on the same masked tokens. Bold: the best of each column. {MISSING}: no value.")
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("*", "\\*")
-
-
 def _figure_frames(c: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(mean, std) accuracy: one line per trained row ("variant, test + log-n"), lengths as columns."""
     acc = c[(c["metric"] == "accuracy") & (c["variant"] != UNIGRAM) & (c["n"] > 0)].copy()
@@ -179,9 +175,9 @@ def build(data: SweepData, out: Path) -> dict:
     header, rows, bolds = table_texts(c)
     finished = bool((c["n"] > 0).any())
     if finished:
-        md = f"Table: {_md_escape(cap)}\n\n" + markdown_rows(header, rows, bolds, escape=_md_escape)
+        md = f"Table: {md_escape(cap)}\n\n" + markdown_rows(header, rows, bolds, escape=md_escape)
     else:
-        md = f"Table: {_md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
+        md = f"Table: {md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
     io.write_text(out / "mlm_table.md", md)
     io.write_text(out / "mlm_table.csv", c[c["n"] > 0].to_csv(index=False, float_format="%.10g"))
     fig = None

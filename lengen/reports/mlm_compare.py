@@ -13,7 +13,7 @@ import pandas as pd
 
 from lengen.errors import LengenError
 from lengen.reports import mlm
-from lengen.reports.render import markdown_rows
+from lengen.reports.render import markdown_rows, md_escape
 from lengen.reports.stats import Paired, paired
 
 SCALE = 100.0   # accuracy in points
@@ -46,9 +46,7 @@ def _check(lv: pd.DataFrame, *rows: str) -> None:
 
 
 def _record(name: str, length: int, p: Paired) -> dict:
-    d = p.difference
-    return {"row": name, "length": length, "n": d.n, "difference": d.mean + 0.0, "std": d.std, "low": d.low,
-            "high": d.high, "wins": p.a_wins, "losses": p.b_wins, "verdict": p.verdict}
+    return {"row": name, "length": length, **p.fields()}
 
 
 def mlm_versus(runs: pd.DataFrame, values: pd.DataFrame, base: str, others: list[str] | None = None) -> pd.DataFrame:
@@ -63,12 +61,14 @@ def mlm_versus(runs: pd.DataFrame, values: pd.DataFrame, base: str, others: list
     return pd.DataFrame([o for o in out if o["n"] > 0])
 
 
-def _cell(r) -> str:
+def _cell(r, verdict: bool = True) -> str:
+    """`+2.2 [+0.6, +3.8] wins` (with verdict=False: `... (n=4)`); one seed has no interval."""
     if r is None:
         return "—"
     if r["n"] < 2:
-        return f"{r['difference']:+.1f} (n={r['n']}) not shown"
-    return f"{r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}] {r['verdict']}"
+        return f"{r['difference']:+.1f} (n={r['n']})" + (" not shown" if verdict else "")
+    interval = f"{r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}]"
+    return f"{interval} {r['verdict']}" if verdict else f"{interval} (n={r['n']})"
 
 
 def versus_markdown(table: pd.DataFrame) -> str:
@@ -79,11 +79,7 @@ def versus_markdown(table: pd.DataFrame) -> str:
     for row, group in table.groupby("row", sort=False):
         by = {int(r["length"]): r for _, r in group.iterrows()}
         rows.append([row, *(_cell(by.get(n)) for n in lengths)])
-    return markdown_rows(["row", *(f"acc@{n}" for n in lengths)], rows, escape=_escape)
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("*", "\\*")
+    return markdown_rows(["row", *(f"acc@{n}" for n in lengths)], rows, escape=md_escape)
 
 
 def _variant(lv: pd.DataFrame, positions: str, contains: str = "") -> str | None:
@@ -149,14 +145,9 @@ def hypotheses_markdown(table: pd.DataFrame) -> str:
     if not len(table):
         return "No comparison of Su's hypotheses has a finished pair of runs.\n"
     length = int(table["length"].iloc[0])
-    def cell(r) -> str:
-        if r["n"] < 2:
-            return f"{r['difference']:+.1f} (n={r['n']})"
-        return f"{r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}] (n={r['n']})"
-
-    rows = [[r["hypothesis"], r["row"], cell(r), r["claim"]] for _, r in table.iterrows()]
+    rows = [[r["hypothesis"], r["row"], _cell(r, verdict=False), r["claim"]] for _, r in table.iterrows()]
     return markdown_rows(["H", "comparison (claim: the first is better)", f"acc@{length} difference, points",
-                          "Su's claim"], rows, escape=_escape)
+                          "Su's claim"], rows, escape=md_escape)
 
 
 def mlm_versus_text(data, base: str, other: str | None = None) -> str:

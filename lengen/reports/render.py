@@ -62,6 +62,12 @@ def cell_texts(table: pd.DataFrame, std: pd.DataFrame | None = None, fmt: str = 
     return header, rows, bolds
 
 
+def md_escape(text: str) -> str:
+    """A table cell's text with Markdown's `|` and `*` escaped (labels such as `RoPE, PoSE` and
+    the `*` of a cell with fewer runs than planned)."""
+    return text.replace("|", "\\|").replace("*", "\\*")
+
+
 def markdown_rows(header: list[str], rows: list[list[str]], bolds: list[list[bool]] | None = None,
                   escape=str) -> str:
     """A Markdown table of texts, `bolds` marking the cells in bold; `escape` applies to the

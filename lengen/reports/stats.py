@@ -66,6 +66,15 @@ class Paired:
             return "loses"
         return "within noise"
 
+    def fields(self, sign: float = 1.0) -> dict:
+        """n, difference, std, low, high, wins, losses, verdict as the comparison tables hold
+        them; `sign` -1 reports a difference compared as higher-is-better (e.g. -log ppl) back in
+        its own direction (the interval flipped, wins and the verdict unchanged)."""
+        d = self.difference
+        low, high = sorted((sign * d.low + 0.0, sign * d.high + 0.0))   # + 0.0: no -0.0 in a table
+        return {"n": d.n, "difference": sign * d.mean + 0.0, "std": d.std, "low": low, "high": high,
+                "wins": self.a_wins, "losses": self.b_wins, "verdict": self.verdict}
+
 
 def paired(a: dict, b: dict) -> Paired:
     """The paired difference a - b over the keys both have (cells: e.g. (task, lr, seed))."""
