@@ -4,14 +4,16 @@
 #
 #   bash benchmarks/gpu_session.sh checks   # CUDA tests + attention-level and whole-model speed (issue 12)
 #   bash benchmarks/gpu_session.sh many     # many models at once on CUDA (issue 10)
+#   bash benchmarks/gpu_session.sh once     # the most of both in ONE call of under 10 minutes, for a
+#                                           # session lent 15 device-minutes (start-up included)
 #
 # Runs with the machine's python3 and PYTHONPATH=. (no install); writes one log per step to
 # $OUT (the device tool's folder; ./gpu-session-out elsewhere). Every step has its own time limit,
 # so one slow step cannot eat the others' time; a step that times out says so in its log.
 set -u
 case "${1:-}" in
-checks | many) ;;
-*) echo "usage: bash benchmarks/gpu_session.sh checks|many" >&2; exit 2 ;;
+checks | many | once) ;;
+*) echo "usage: bash benchmarks/gpu_session.sh checks|many|once" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -53,5 +55,19 @@ many)
         --sizes 256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 1 --precision bf16
     step many_others 150 $PY benchmarks/train_many.py --device cuda --encodings alibi,relative \
         --sizes 1,32,256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 2
+    ;;
+once)  # limits add up to 550 s: run with timeout_s 590
+    step tests 130 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_flex_remap.py tests/test_devices.py \
+        tests/test_group_training.py -k "cuda or flex or devices"
+    step many_rope 150 $PY benchmarks/train_many.py --device cuda --encodings rope \
+        --sizes 1,64,256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1
+    step many_bf16 60 $PY benchmarks/train_many.py --device cuda --encodings rope \
+        --sizes 256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision bf16
+    step attention_prefill 100 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536,131072 --repeats 2
+    step attention_decode 35 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,131072 --repeats 2 --step decode
+    step hf_forward 75 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536 --repeats 2
     ;;
 esac
