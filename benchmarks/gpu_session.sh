@@ -56,18 +56,16 @@ many)
     step many_others 150 $PY benchmarks/train_many.py --device cuda --encodings alibi,relative \
         --sizes 1,32,256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 2
     ;;
-once)  # limits add up to 550 s: run with timeout_s 590
-    step tests 130 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_flex_remap.py tests/test_devices.py \
-        tests/test_group_training.py -k "cuda or flex or devices"
-    step many_rope 150 $PY benchmarks/train_many.py --device cuda --encodings rope \
+once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30 s on 2026-11-27)
+    step tests 110 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_flex_remap.py tests/test_devices.py \
+        tests/test_group_training.py -k "cuda or flex or devices or multiple"
+    step many_rope 120 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 1,64,256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1
-    step many_bf16 60 $PY benchmarks/train_many.py --device cuda --encodings rope \
+    step many_bf16 50 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision bf16
-    step attention_prefill 100 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,65536,131072 --repeats 2
-    step attention_decode 35 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,131072 --repeats 2 --step decode
-    step hf_forward 75 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
+    step attention_prefill 90 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536 --repeats 2
+    step hf_forward 70 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536 --repeats 2
     ;;
 esac

@@ -74,7 +74,7 @@ def path_of(model, device) -> str:
 
     if route_of(model) == "rotary":
         return "rotary"
-    return "flex" if device.type == "cuda" and flex_remap.mode() != "off" and flex_remap.available() else "blockwise"
+    return "flex" if flex_remap.applies(torch.zeros(1, device=device)) else "blockwise"
 
 
 def main():

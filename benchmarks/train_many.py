@@ -39,6 +39,7 @@ def sync(device):
 
 def reset_peak(device):
     if device.type == "cuda":
+        torch.zeros(1, device=device)  # the allocator's statistics exist after its first allocation
         torch.cuda.reset_peak_memory_stats(device)
         return torch.cuda.memory_allocated(device)
     try:  # Linux: writing 5 resets the peak RSS (VmHWM)

@@ -248,3 +248,41 @@ def test_cuda_long_flex_equals_blockwise(spec):
     finally:
         flex_remap.set_mode(previous)
     torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.skipif(not flex_remap.available(), reason="this torch has no FlexAttention")
+@pytest.mark.parametrize("method_name,specs", [
+    ("rerope", ["rerope:window=150", "rerope:window=170"]),
+    ("lambda", ["lambda:n_global=20,window=150", "lambda:n_global=140,window=100"]),
+])
+def test_predicates_compile_for_each_option_value(method_name, specs):
+    """Compiled block masks (what CUDA runs) for one method at several option values: after the
+    second value torch.compile makes a captured Python float dynamic, and lowering the predicate
+    then failed ('unbacked_bindings', seen on an H100 2026-11-27, reproduced on the CPU). Each
+    compiled mask must equal the eager one."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    q = torch.randn(1, 1, T, D)
+    pos = torch.arange(T)[None]
+    for spec in specs:
+        method = build_method(spec, ROPE)
+        inv_freq, af = method.rope_params(0)
+        pieces = method.flex_pieces(q, q, pos, pos, inv_freq, af, 1.0)
+        p = pos.double()
+        extra = None if pieces.key_extra is None else pieces.key_extra.double()
+        for pred in (pieces.near, pieces.far):
+            def mod(b, h, i, j, pred=pred):
+                return pred(p[0, i], p[0, j], None if extra is None else extra[0, j])
+            masks = [create_block_mask(mod, None, None, T, T, device="cpu", BLOCK_SIZE=flex_remap.BLOCK_SIZE,
+                                       _compile=compiled) for compiled in (False, True)]
+            assert torch.equal(masks[0].kv_num_blocks, masks[1].kv_num_blocks), spec
+            assert torch.equal(masks[0].full_kv_num_blocks, masks[1].full_kv_num_blocks), spec
+            if not bool(masks[0].kv_num_blocks.any()):
+                continue  # no pair of this kind (rerope's far at this length): flex is not called
+            with torch.no_grad():  # the CPU backend compiles flex for inference only
+                eager = flex_attention(q, q, q, block_mask=masks[0])
+                compiled = _compiled_flex(q, q, q, block_mask=masks[1])
+            torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
+_compiled_flex = torch.compile(flex_remap.flex_attention) if flex_remap.available() else None

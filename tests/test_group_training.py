@@ -18,6 +18,7 @@ from lengen.io import load_torch
 from lengen.kernels import model_stack
 from lengen.models import ModelConfig
 from lengen.training import group
+from lengen.training import group_step
 from lengen.training.group_step import plan_buckets
 from lengen.training.config import TrainConfig
 from lengen.training.group import train_group
@@ -105,6 +106,18 @@ def test_group_equals_solo_runs(tmp_path, pe):
     for i in range(3):
         for name in ("config.json", "metrics.jsonl", "checkpoint.pt", "eval.json", "accuracy.png"):
             assert (tmp_path / f"g{i}" / name).exists(), name
+    assert_matches_solo(cfgs, tmp_path, records)
+
+
+@pytest.mark.parametrize("pe,positions,model", [("rope", "standard", {}), ("t5", "randomized", {}),
+                                                 ("kerple_log", "standard", {"causal": True, "logit_scale": "log_n"})])
+def test_padding_the_step_to_a_multiple_changes_nothing(tmp_path, monkeypatch, pe, positions, model):
+    """CUDA rounds each bucket's length up to a multiple of 8 (model_stack.stack_length_multiple):
+    the extra keys must be pure padding, the extra queries unread, log-n still counting real keys.
+    Forced here on the CPU, where the solo runs are the independent reference."""
+    monkeypatch.setattr(group_step, "stack_length_multiple", lambda device: 8)
+    cfgs = [tiny(pe, seed, lr, model=model, positions=positions) for seed, lr in SEEDS_LRS[:2]]
+    records = run_group(cfgs, tmp_path)
     assert_matches_solo(cfgs, tmp_path, records)
 
 

@@ -77,3 +77,11 @@ def attention_for_stack(device):
     """The attention a vmapped stack of models runs through on `device`: SDPA where it batches
     the models (CUDA), `stacked_attention` (the fused kernel per model) elsewhere."""
     return sdpa if sdpa_batches_models(device) else stacked_attention
+
+
+def stack_length_multiple(device) -> int:
+    """What a stack's padded step length is rounded up to on `device`: CUDA's memory-efficient
+    SDPA kernel wants the bias's row stride (the key count) a multiple of 4 and refused a vmapped
+    stack's T = 10 on an H100 (2026-11-27); 8 also suits the tensor cores. The extra keys are
+    padding (an -inf bias), the extra queries are never read. The CPU kernel takes any T."""
+    return 8 if torch.device(device).type == "cuda" else 1

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lengen.devices import precision_context
+from lengen.kernels.model_stack import stack_length_multiple
 from lengen.training.config import TrainConfig
 from lengen.training.loop import draw_step
 from lengen.training.setup import RunParts
@@ -37,15 +38,16 @@ def bucket_overhead(cfg: TrainConfig, device) -> float:
     return BUCKET_OVERHEAD_FLOPS.get(torch.device(device).type, BUCKET_OVERHEAD_FLOPS["cuda"]) / position_flops
 
 
-def pad_members(draws, empty_token: int, device):
+def pad_members(draws, empty_token: int, device, multiple: int = 1):
     """The padded step tensors: tokens [N, B, T], positions [N, 1|B, T], key bias [N, T],
-    real lengths [N], readout indices [N, O], targets and masks [N, B, O], loss weights [N, 1, O].
+    real lengths [N], readout indices [N, O], targets and masks [N, B, O], loss weights [N, 1, O];
+    T is the longest member's length rounded up to `multiple`.
     Filled in numpy and converted once: per member, a torch op costs microseconds of dispatch, a
     numpy slice a fraction of one, and the host fills these for every member at every step."""
     N = len(draws)
     B = draws[0][0].inputs.shape[0]
     totals = [b.inputs.shape[1] + o for b, o, _ in draws]
-    T, O = max(totals), max(o for _, o, _ in draws)
+    T, O = -(-max(totals) // multiple) * multiple, max(o for _, o, _ in draws)
     pb = max(p.shape[0] for _, _, p in draws)
     tokens = np.full((N, B, T), empty_token, dtype=np.int64)
     pos = np.zeros((N, pb, T), dtype=torch.empty((), dtype=draws[0][2].dtype).numpy().dtype)
@@ -118,7 +120,7 @@ def group_step(stack: ModelStack, parts: list[RunParts], cfgs: list[TrainConfig]
     stack.project()
     for members in plan:
         tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = pad_members(
-            [draws[i] for i in members], parts[0].model.empty_token, device)
+            [draws[i] for i in members], parts[0].model.empty_token, device, stack_length_multiple(device))
         keep, scale = stack.dropout_masks(members, [totals[i] for i in members], tokens.shape[1], tokens.shape[2])
         rows = torch.tensor(members, device=device)
         with precision_context(cfgs[0].precision, device):
