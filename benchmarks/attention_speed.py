@@ -15,7 +15,7 @@ sinks, dca, string): `flex` = the two FlexAttention passes of lengen.kernels.fle
 = the fallback of lengen.extrapolation.blockwise; other methods have one path (`-`). --flex auto
 (default) times both paths on CUDA and only blockwise on CPU; --flex force times both on CPU too
 (eager flex_attention there: it materializes the scores, a check of the plumbing, not a speed);
---flex off only blockwise. A GPU session measures everything with
+--flex off only blockwise, --flex only the flex path alone. A GPU session measures everything with
     python benchmarks/attention_speed.py --device cuda --dtype bfloat16 --lengths 16384,65536,131072
 
 Time: per length, rounds of (baseline, every method) interleaved so a noisy neighbour slows all
@@ -104,6 +104,8 @@ def entries(specs, args, device):
         paths = ["blockwise"]
         if flex_remap.available() and (args.flex == "force" or (args.flex == "auto" and device.type == "cuda")):
             paths = ["flex", "blockwise"]
+        elif args.flex == "only":
+            paths = ["flex"]
         out += [(f"{spec}{PATH_TAG}{p}", spec, p) for p in paths]
     return out
 
@@ -188,8 +190,10 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--step", default="prefill", choices=["prefill", "decode"],
                    help="prefill: T queries; decode: the last query against T keys")
-    p.add_argument("--flex", default="auto", choices=["auto", "force", "off"],
-                   help="time the remapping methods' FlexAttention path too: auto = on CUDA only")
+    p.add_argument("--flex", default="auto", choices=["auto", "force", "off", "only"],
+                   help="time the remapping methods' FlexAttention path too: auto = on CUDA only; only = "
+                        "the flex path alone (on CUDA the blockwise fallback takes ~80x SDPA at 16k: "
+                        "seconds per call at 64k-128k)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()

@@ -177,6 +177,7 @@ def main():
                     rate, mb, host_rate = time_group(args, pe, n, device, buckets)
                 except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
                     rows.append([pe, str(n), buckets, f"failed: {type(e).__name__}", "", "", ""])
+                    print(f"N={n}, buckets {buckets}: {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
                     break
                 rows.append([pe, str(n), buckets, f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{host_rate:.0f}",
                              f"{mb:.1f}"])

@@ -286,3 +286,16 @@ def test_predicates_compile_for_each_option_value(method_name, specs):
 
 
 _compiled_flex = torch.compile(flex_remap.flex_attention) if flex_remap.available() else None
+
+
+@needs_flex
+def test_flex_runs_under_inference_mode(force_flex):
+    """Inference tensors have no version counter; the block-mask cache keyed on it raised, and
+    auto mode then fell back to blockwise for good (hf_forward_speed on an H100, 2026-11-27)."""
+    method = build_method("rerope:window=150", ROPE)
+    q, k, v = qkv()
+    with torch.inference_mode():
+        pos = torch.arange(T)[None]
+        out = method.attend(q, k, v, pos, pos)
+    flex_remap.set_mode("off")
+    torch.testing.assert_close(out, method.attend(q, k, v, pos, pos), atol=1e-5, rtol=1e-5)

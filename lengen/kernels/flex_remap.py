@@ -158,7 +158,7 @@ def try_attend(build: Callable[[], TwoPiece], v: torch.Tensor) -> torch.Tensor |
 def block_masks(pieces: TwoPiece):
     """(near BlockMask, far BlockMask or None when no pair is far), cached for the last positions."""
     pq, pk = pieces.pos_q, pieces.pos_k
-    key = (pieces.key, id(pq), pq._version, tuple(pq.shape), id(pk), pk._version, tuple(pk.shape),
+    key = (pieces.key, id(pq), _version(pq), tuple(pq.shape), id(pk), _version(pk), tuple(pk.shape),
            str(pieces.q_near.device))
     hit = _mask_cache.get("last")
     if hit is not None and hit[0] == key:
@@ -166,6 +166,12 @@ def block_masks(pieces: TwoPiece):
     masks = _build_block_masks(pieces)
     _mask_cache["last"] = (key, masks, pq, pk)  # holds the tensors: their ids stay unique
     return masks
+
+
+def _version(t: torch.Tensor):
+    """The tensor's in-place version; None for an inference tensor (torch.inference_mode), which
+    has no version counter (reading it raised on an H100, 2026-11-27): its identity alone keys it."""
+    return None if t.is_inference() else t._version
 
 
 def _padded(x: torch.Tensor, B: int) -> torch.Tensor:
