@@ -145,12 +145,12 @@ def test_group_equals_solo_samplers_and_variants(tmp_path, pe, positions, model)
     ("rope", {}),
     ("alibi", {"causal": True, "logit_scale": "log_n"}),
     ("fope", {}),  # fixed coefficients per member, rotation by autograd's path under vmap
+    ("t5", {}),    # learned biases: their gradient through the folded call
+    ("fire", {"causal": True}),
 ])
-@pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's loop over CPU SDPA, expected here
-def test_group_equals_solo_through_vmapped_sdpa(tmp_path, monkeypatch, pe, model):
-    # The path CUDA takes: torch's SDPA under vmap (there its fused kernels batch over the models;
-    # here vmap loops over them). Learned biases (T5, FIRE, Kerple) cannot take it on the CPU:
-    # torch's CPU SDPA has no gradient for the bias under vmap.
+def test_group_equals_solo_through_folded_sdpa(tmp_path, monkeypatch, pe, model):
+    # The path CUDA takes (model_stack.folded_attention: one SDPA call, the models folded into
+    # the heads), here through torch's CPU SDPA.
     monkeypatch.setattr(model_stack, "sdpa_batches_models", lambda device: True)
     cfgs = [tiny(pe, seed, lr, model=model) for seed, lr in SEEDS_LRS[:2]]
     assert_matches_solo(cfgs, tmp_path, run_group(cfgs, tmp_path))

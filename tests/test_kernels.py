@@ -263,15 +263,21 @@ def test_che_model_kernel_on_off(pe, causal):
 
 @pytest.mark.parametrize("bias_kind", ["per-model keys", "shared pe + per-model keys", "per-model learned"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_stacked_attention_under_vmap(kernel_only, bias_kind, causal):
+@pytest.mark.parametrize("kind", ["stacked", "folded"])
+def test_stacked_attention_under_vmap(request, bias_kind, causal, kind):
     """lengen.kernels.model_stack: one model's attention inside torch.func.vmap over a stack of N
     models equals the float64 reference of each model, outputs and every gradient, with padded
-    keys (-inf) that differ per model, and no vmap fallback warning."""
+    keys (-inf) that differ per model, and no vmap fallback warning. Both stack attentions: the
+    fused kernel per model (CPU) and one SDPA call with the models folded into the heads (CUDA)."""
     import warnings
 
     from torch.func import vmap
 
-    from lengen.kernels.model_stack import stacked_attention
+    from lengen.kernels import model_stack
+
+    if kind == "stacked":
+        request.getfixturevalue("kernel_only")  # the fused kernel, never a fallback
+    stacked_attention = model_stack.stacked_attention if kind == "stacked" else model_stack.folded_attention
 
     N, B, H, T, D = 3, 2, 2, 7, 8
     g = torch.Generator().manual_seed(5)

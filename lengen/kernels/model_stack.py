@@ -6,8 +6,11 @@ autograd.Function whose vmap rule takes the model axis off and runs `lengen.kern
 once per model: the fused kernel at each model's own [B, H, Tq, Tk], a bias broadcast over the
 batch kept broadcast (no [N, B, H, Tq, Tk] copy), and autograd recorded on the plain tensors.
 
-On CUDA the caller uses torch's SDPA directly: its fused kernels (flash, memory-efficient,
-cuDNN) have batching rules that fold the model axis into the batch.
+On CUDA `folded_attention` runs torch's SDPA once for the whole stack, the model axis folded
+into the heads ([N, B, H, T, D] -> [B, N*H, T, D]): a bias shared by a model's batch stays
+broadcast over the batch, and the call happens outside vmap. SDPA's own batching rule (the model
+axis into the batch) failed in the memory-efficient backward on an H100 ("LSE is not correctly
+aligned (strideH)", torch 2.11, 2026-11-27) and would copy such a bias per batch row.
 """
 
 from __future__ import annotations
@@ -67,16 +70,71 @@ def stacked_attention(q, k, v, bias=None, causal=False, scale=None):
     return _PerModelAttention.apply(q, k, v, bias, bool(causal), float(scale))
 
 
+def _as_stack(t, dim, n, ndim=4):
+    """The physical tensor of a vmapped argument as [N, *logical], the logical part padded with
+    leading 1s to `ndim` dims (a bias may be given as [Tk] or [1, 1, 1, Tk])."""
+    t = t.unsqueeze(0).expand(n, *t.shape) if dim is None else t.movedim(dim, 0)
+    return t.reshape(n, *(1,) * (ndim + 1 - t.dim()), *t.shape[1:])
+
+
+class _FoldedAttention(torch.autograd.Function):
+    # under vmap only the `vmap` rule runs; forward/backward serve a call outside vmap
+    @staticmethod
+    def forward(q, k, v, bias, causal, scale):
+        return sdpa(q, k, v, bias=bias, causal=causal, scale=scale)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, bias, causal, scale = inputs
+        ctx.save_for_backward(q, k, v, bias)
+        ctx.causal, ctx.scale = causal, scale
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, bias = ctx.saved_tensors
+        inputs = [t.detach().requires_grad_(need) if t is not None else None
+                  for t, need in zip((q, k, v, bias), ctx.needs_input_grad[:4])]
+        with torch.enable_grad():
+            out = sdpa(*inputs[:3], bias=inputs[3], causal=ctx.causal, scale=ctx.scale)
+        wrt = [t for t in inputs if t is not None and t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wrt, dout)) if wrt else iter(())
+        return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs) + (None, None)
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, bias, causal, scale):
+        n = info.batch_size
+        q, k, v = (_as_stack(t, d, n) for t, d in zip((q, k, v), in_dims[:3]))  # [N, B, H, T, D]
+        N, B, H, Tq, D = q.shape
+
+        def to_heads(t):  # [N, B, H, T, D] -> [B, N*H, T, D]
+            return t.transpose(0, 1).reshape(t.shape[1], N * H, *t.shape[3:])
+
+        if bias is not None:  # [N, 1|B, 1|H, 1|Tq, Tk]: heads made real, the rest kept broadcast
+            bias = _as_stack(bias, in_dims[3], n)
+            bias = bias.expand(N, bias.shape[1], H, *bias.shape[3:])
+            bias = bias.transpose(0, 1).reshape(bias.shape[1], N * H, *bias.shape[3:])
+        out = sdpa(to_heads(q), to_heads(k), to_heads(v), bias=bias, causal=causal, scale=scale)
+        return out.reshape(B, N, H, Tq, -1).transpose(0, 1), 0
+
+
+def folded_attention(q, k, v, bias=None, causal=False, scale=None):
+    """torch's SDPA for one model of a vmapped stack, run once for all models with the model axis
+    folded into the heads. Same semantics as `lengen.kernels.attention`."""
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    return _FoldedAttention.apply(q, k, v, bias, bool(causal), float(scale))
+
+
 def sdpa_batches_models(device) -> bool:
-    """Whether torch's SDPA runs a vmapped stack of models as one batch: its fused CUDA kernels
-    have batching rules; its CPU kernel has none (and no gradient for a learned bias under vmap)."""
+    """Whether one SDPA call runs a vmapped stack of models (`folded_attention`): on CUDA, where
+    its fused kernels take the whole stack at once; the CPU runs the fused kernel per model."""
     return torch.device(device).type == "cuda"
 
 
 def attention_for_stack(device):
-    """The attention a vmapped stack of models runs through on `device`: SDPA where it batches
-    the models (CUDA), `stacked_attention` (the fused kernel per model) elsewhere."""
-    return sdpa if sdpa_batches_models(device) else stacked_attention
+    """The attention a vmapped stack of models runs through on `device`: `folded_attention` (one
+    SDPA call for the stack) on CUDA, `stacked_attention` (the fused kernel per model) elsewhere."""
+    return folded_attention if sdpa_batches_models(device) else stacked_attention
 
 
 def stack_length_multiple(device) -> int:
