@@ -42,9 +42,9 @@ checks)
     step tests 200 $PY -m pytest -q -p no:cacheprovider tests/test_flex_remap.py tests/test_devices.py \
         tests/test_group_training.py::test_group_on_cuda_matches_solo_on_cuda
     step attention_prefill 150 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,65536,131072 --repeats 3
+        --lengths 16384,65536,131072 --repeats 3 --flex only
     step attention_decode 60 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,65536,131072 --repeats 3 --step decode
+        --lengths 16384,65536,131072 --repeats 3 --step decode --flex only
     step hf_forward 130 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536,131072 --repeats 2
     ;;
@@ -58,13 +58,13 @@ many)
     ;;
 once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30 s on 2026-11-27)
     step tests 110 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_flex_remap.py tests/test_devices.py \
-        tests/test_group_training.py -k "cuda or flex or devices or multiple"
+        tests/test_group_training.py tests/test_kernels.py -k "cuda or flex or devices or multiple or folded or vmap"
     step many_rope 120 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 1,64,256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1
     step many_bf16 50 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision bf16
     step attention_prefill 90 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,65536 --repeats 2
+        --lengths 16384,65536,131072 --repeats 2 --flex only
     step hf_forward 70 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536 --repeats 2
     ;;
