@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lengen.devices import precision_context
+from lengen.devices import precision_context, to_device
 from lengen.kernels.model_stack import stack_length_multiple
 from lengen.training.config import TrainConfig
 from lengen.training.loop import draw_step
@@ -122,7 +122,7 @@ def group_step(stack: ModelStack, parts: list[RunParts], cfgs: list[TrainConfig]
         tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = pad_members(
             [draws[i] for i in members], parts[0].model.empty_token, device, stack_length_multiple(device))
         keep, scale = stack.dropout_masks(members, [totals[i] for i in members], tokens.shape[1], tokens.shape[2])
-        rows = torch.tensor(members, device=device)
+        (rows,) = to_device(device, torch.tensor(members))  # torch.tensor(..., device=cuda) would wait for the GPU
         with precision_context(cfgs[0].precision, device):
             logits = stack(tokens, pos, key_bias, n_keys, out_idx, keep, scale,
                            None if len(members) == N else rows)  # [M, B, O, V]

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from lengen.devices import to_device
 from lengen.kernels.model_stack import attention_for_stack
 from lengen.models.attention import StackMember
 from lengen.models.che import CHEModel
@@ -77,9 +78,10 @@ class ModelStack:
         if not any(rates):
             return None, None
         M, S, D = len(members), self.dropout_calls, self.d_model
-        scale = torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32, device=self.device)
+        # built on the host and sent without waiting: torch.tensor(..., device=cuda) syncs the stream
+        scale, p = to_device(self.device, torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32),
+                             torch.tensor(rates, dtype=torch.float32).view(M, 1, 1, 1, 1))
         if self.device.type == "cuda":
-            p = torch.tensor(rates, device=self.device).view(M, 1, 1, 1, 1)
             return torch.rand((M, S, batch, T, D), device=self.device) >= p, scale
         keep = torch.ones((M, S, batch, T, D), dtype=torch.bool)
         for j, (i, t, p) in enumerate(zip(members, totals, rates)):
