@@ -309,3 +309,22 @@ def test_stacked_attention_under_vmap(request, bias_kind, causal, kind):
     # padded keys get no gradient
     dk = torch.autograd.grad(vmap(one)(q, k, v, keys, learned), k, dout)[0]
     assert dk[0, :, :, 5:].abs().max() == 0 and dk[2, :, :, 3:].abs().max() == 0
+
+
+@pytest.mark.parametrize("kind", ["stacked", "folded"])
+def test_stack_attention_outside_vmap_matches_the_reference(kind):
+    """Called on one model's plain tensors (no vmap), a stack attention is the ordinary attention,
+    its gradients recomputed through the kernel: q, k, v and a learned bias."""
+    from lengen.kernels import model_stack
+
+    fn = model_stack.stacked_attention if kind == "stacked" else model_stack.folded_attention
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 2, 6, 8, generator=g).requires_grad_() for _ in range(3))
+    bias = torch.randn(1, 2, 6, 6, generator=g).requires_grad_()
+    out = fn(q, k, v, bias=bias, causal=True, scale=0.4)
+    ref = reference(q, k, v, bias, True, 0.4)
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=1e-4)
+    dout = torch.randn(out.shape, generator=g)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v, bias), dout),
+                    torch.autograd.grad(ref, (q, k, v, bias), dout.double())):
+        torch.testing.assert_close(a.double(), b.double(), atol=1e-4, rtol=1e-4)

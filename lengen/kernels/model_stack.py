@@ -20,11 +20,9 @@ import torch
 from lengen.kernels.small_attention import attention, sdpa
 
 
-class _PerModelAttention(torch.autograd.Function):
-    # under vmap only the `vmap` rule runs; forward/backward serve a call outside vmap
-    @staticmethod
-    def forward(q, k, v, bias, causal, scale):
-        return attention(q, k, v, bias=bias, causal=causal, scale=scale)
+class _StackAttention(torch.autograd.Function):
+    """What the stack attentions share: under vmap only a subclass's `vmap` rule runs; forward and
+    backward (through `kernel`) serve a call outside vmap, the rare case."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -32,17 +30,27 @@ class _PerModelAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, bias)
         ctx.causal, ctx.scale = causal, scale
 
+
+def _recomputed_grads(kernel, ctx, dout):
+    """The gradients of `kernel` outside vmap, by recomputing the call under autograd."""
+    q, k, v, bias = ctx.saved_tensors
+    inputs = [t.detach().requires_grad_(need) if t is not None else None
+              for t, need in zip((q, k, v, bias), ctx.needs_input_grad[:4])]
+    with torch.enable_grad():
+        out = kernel(*inputs[:3], bias=inputs[3], causal=ctx.causal, scale=ctx.scale)
+    wrt = [t for t in inputs if t is not None and t.requires_grad]
+    grads = iter(torch.autograd.grad(out, wrt, dout)) if wrt else iter(())
+    return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs) + (None, None)
+
+
+class _PerModelAttention(_StackAttention):
+    @staticmethod
+    def forward(q, k, v, bias, causal, scale):
+        return attention(q, k, v, bias=bias, causal=causal, scale=scale)
+
     @staticmethod
     def backward(ctx, dout):
-        # recompute: a call outside vmap is the rare case (the group always vmaps)
-        q, k, v, bias = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) if t is not None else None
-                  for t, need in zip((q, k, v, bias), ctx.needs_input_grad[:4])]
-        with torch.enable_grad():
-            out = attention(*inputs[:3], bias=inputs[3], causal=ctx.causal, scale=ctx.scale)
-        wrt = [t for t in inputs if t is not None and t.requires_grad]
-        grads = iter(torch.autograd.grad(out, wrt, dout)) if wrt else iter(())
-        return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs) + (None, None)
+        return _recomputed_grads(attention, ctx, dout)
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, bias, causal, scale):
@@ -77,28 +85,14 @@ def _as_stack(t, dim, n, ndim=4):
     return t.reshape(n, *(1,) * (ndim + 1 - t.dim()), *t.shape[1:])
 
 
-class _FoldedAttention(torch.autograd.Function):
-    # under vmap only the `vmap` rule runs; forward/backward serve a call outside vmap
+class _FoldedAttention(_StackAttention):
     @staticmethod
     def forward(q, k, v, bias, causal, scale):
         return sdpa(q, k, v, bias=bias, causal=causal, scale=scale)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        q, k, v, bias, causal, scale = inputs
-        ctx.save_for_backward(q, k, v, bias)
-        ctx.causal, ctx.scale = causal, scale
-
-    @staticmethod
     def backward(ctx, dout):
-        q, k, v, bias = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) if t is not None else None
-                  for t, need in zip((q, k, v, bias), ctx.needs_input_grad[:4])]
-        with torch.enable_grad():
-            out = sdpa(*inputs[:3], bias=inputs[3], causal=ctx.causal, scale=ctx.scale)
-        wrt = [t for t in inputs if t is not None and t.requires_grad]
-        grads = iter(torch.autograd.grad(out, wrt, dout)) if wrt else iter(())
-        return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs) + (None, None)
+        return _recomputed_grads(sdpa, ctx, dout)
 
     @staticmethod
     def vmap(info, in_dims, q, k, v, bias, causal, scale):
