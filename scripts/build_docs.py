@@ -186,19 +186,22 @@ def figures(data: Path, docs: Path) -> list[Path]:
     return made
 
 
-def build(docs: Path, data: Path, check: bool) -> list[str]:
-    """Rewrite (or, with `check`, compare) every generated block of docs/*.md. Returns the
-    blocks that differ (check) or were rewritten, as "page: args"."""
+def build(docs: Path, data: Path, check: bool, only: str | None = None) -> list[str]:
+    """Rewrite (or, with `check`, compare) every generated block of docs/*.md, or only those of
+    one study or demo folder (`only`: the block's second word). Returns the blocks that differ
+    (check) or were rewritten, as "page: args"."""
     with tempfile.TemporaryDirectory() as workdir:
-        return _build(docs, Blocks(data, Path(workdir)), check)
+        return _build(docs, Blocks(data, Path(workdir)), check, only)
 
 
-def _build(docs: Path, blocks: Blocks, check: bool) -> list[str]:
+def _build(docs: Path, blocks: Blocks, check: bool, only: str | None = None) -> list[str]:
     changed = []
     for page in sorted(docs.glob("*.md")):
         text = page.read_text()
 
         def fill(m, page=page):
+            if only is not None and shlex.split(m["args"])[1:2] != [only]:
+                return m[0]
             try:
                 body = blocks.render(m["args"])
             except (AttributeError, KeyError, TypeError, ValueError, OSError) as e:
@@ -220,9 +223,11 @@ def main(argv=None) -> int:
     p.add_argument("--docs", type=Path, default=ROOT / "docs", help="the pages (default docs/)")
     p.add_argument("--data", type=Path, default=ROOT / "docs" / "data", help="the results (default docs/data/)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--only", metavar="NAME", help="only the blocks of one study or demo folder (e.g. ruoss2023-mini, "
+                                                   "threads-2); implies --no-figures")
     args = p.parse_args(argv)
     try:
-        changed = build(args.docs, args.data, args.check)
+        changed = build(args.docs, args.data, args.check, args.only)
     except BlockError as e:
         print(e, file=sys.stderr)
         return 2
@@ -232,7 +237,7 @@ def main(argv=None) -> int:
         return 1 if changed else 0
     for c in changed:
         print(f"rewrote {c}")
-    if not args.no_figures:
+    if not args.no_figures and args.only is None:
         for f in figures(args.data, args.docs):
             print(f"figure {f.relative_to(args.docs.parent) if f.is_relative_to(args.docs.parent) else f}")
     return 0

@@ -15,9 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_docs.py"
 
 
-def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BUILD), "--check", "--docs", str(docs), "--data", str(data)],
-                          capture_output=True, text=True)
+def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data", only: str | None = None
+          ) -> subprocess.CompletedProcess:
+    """build_docs.py --check; `only`: the blocks of one study or demo folder (a whole check
+    builds every study's report, ~30 s each time on 2 cores)."""
+    return subprocess.run([sys.executable, str(BUILD), "--check", "--docs", str(docs), "--data", str(data),
+                           *(["--only", only] if only else [])], capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -45,9 +48,9 @@ def test_a_report_block_is_the_file_lengen_report_writes(copy, tmp_path):
     page = copy / "results.md"
     block = "<!-- generated: report ruoss2023-mini table2.md -->\n"
     page.write_text(page.read_text() + "\n" + block + "stale text\n<!-- end generated -->\n")
-    done = check(copy, copy / "data")
+    done = check(copy, copy / "data", only="ruoss2023-mini")
     assert done.returncode == 1 and "stale: results.md: report ruoss2023-mini table2.md" in done.stdout
-    built = subprocess.run([sys.executable, str(BUILD), "--no-figures", "--docs", str(copy), "--data", str(copy / "data")],
+    built = subprocess.run([sys.executable, str(BUILD), "--only", "ruoss2023-mini", "--docs", str(copy), "--data", str(copy / "data")],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     cli = subprocess.run([sys.executable, "-m", "lengen", "report", str(copy / "data" / "studies" / "ruoss2023-mini"),
@@ -56,7 +59,7 @@ def test_a_report_block_is_the_file_lengen_report_writes(copy, tmp_path):
     expected = (tmp_path / "report" / "table2.md").read_text()
     assert expected.startswith("| Level | Task |")
     assert block + expected + "<!-- end generated -->" in page.read_text()
-    assert check(copy, copy / "data").returncode == 0
+    assert check(copy, copy / "data", only="ruoss2023-mini").returncode == 0
 
 
 def test_a_changed_score_in_the_demo_data_is_caught(copy):
@@ -64,7 +67,7 @@ def test_a_changed_score_in_the_demo_data_is_caught(copy):
     record = json.loads(run.read_text())
     record["score"] = 0.5   # printed 0.893
     run.write_text(json.dumps(record))
-    done = check(copy, copy / "data")
+    done = check(copy, copy / "data", only="threads-2")
     assert done.returncode == 1 and "stale: results.md: demo threads-2" in done.stdout
 
 
@@ -77,7 +80,7 @@ def test_a_changed_score_in_a_study_is_caught(copy):
     best = table["score"].idxmax()           # a score Table 1 shows
     table.loc[best, "score"] = table.loc[best, "score"] - 0.05
     table.to_csv(results, index=False)
-    done = check(copy, copy / "data")
+    done = check(copy, copy / "data", only=studies[0].name)
     assert done.returncode == 1 and f"che {studies[0].name} table1" in done.stdout
 
 
@@ -93,7 +96,7 @@ def test_a_changed_number_in_a_docs_table_is_caught(copy):
 def test_an_unknown_block_is_one_clear_message(copy):
     page = copy / "results.md"
     page.write_text(page.read_text() + "\n<!-- generated: che no-such-study table1 -->\n<!-- end generated -->\n")
-    done = check(copy, copy / "data")
+    done = check(copy, copy / "data", only="no-such-study")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr
     assert re.search(r"results\.md: block `che no-such-study table1` cannot be built", done.stderr)
 
@@ -104,5 +107,5 @@ def test_a_changed_cell_of_the_arithmetic_study_is_caught(copy):
     diagonal = table.index[(table["length"] == 7) & (table["j"] == 7) & (table["correct"] < table["total"])][0]
     table.loc[diagonal, "correct"] += 1   # one more problem right at 7 digits: the by-length table moves
     table.to_csv(cells, index=False)
-    done = check(copy, copy / "data")
+    done = check(copy, copy / "data", only="abacus2024-mini")
     assert done.returncode == 1 and "stale: results.md: report abacus2024-mini arith_by_length.md" in done.stdout
