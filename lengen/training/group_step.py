@@ -65,8 +65,8 @@ def pad_members(draws, empty_token: int, device, multiple: int = 1):
         mask[i, :, :o] = batch.mask.numpy()
         weight[i, 0, :o] = np.float32(1.0) / np.float32(B * o)
     n_keys = np.array(totals, dtype=np.float32)
-    out = tuple(torch.from_numpy(x) for x in (tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight))
-    return out if torch.device(device).type == "cpu" else tuple(x.to(device, non_blocking=True) for x in out)
+    return to_device(device, *(torch.from_numpy(x) for x in (tokens, pos, key_bias, n_keys, out_idx, targets,
+                                                              mask, weight)))
 
 
 def plan_buckets(totals: list[int], max_buckets: int, overhead: float = 0.0) -> list[list[int]]:
