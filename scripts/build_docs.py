@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import re
 import shlex
 import shutil
@@ -34,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lengen import io  # noqa: E402
+from lengen.lm.evaluate import plot_title  # noqa: E402
+from lengen.protocols.report import pivot_table, plot_metric  # noqa: E402
 from lengen.reports import aggregate as agg  # noqa: E402
 from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
@@ -111,6 +114,32 @@ class Blocks:
             return mlm_versus_text(data, base)
         raise KeyError(f"mlm {what}")
 
+    def lmrun(self, run: str) -> str:
+        """`lmrun RUN`: a committed `lengen lm train` run (docs/data/lm/RUN: eval.json) as its
+        validation perplexity and unigram baseline, its last training loss and what computed it."""
+        rec = io.read_json(self.data / "lm" / run / "eval.json")
+        env = rec["environment"]
+
+        def ppl(value: float) -> str:
+            return f"**{value:.3f}** ({math.log2(value):.3f} bits/byte)"
+
+        rows = [[f"validation perplexity at the training length ({rec['val_tokens'] // rec['train_length']} "
+                 f"windows, {rec['val_tokens']:,} bytes)", ppl(rec["val_ppl"])],
+                ["unigram baseline on the same targets", ppl(rec["unigram_ppl"])],
+                ["final training loss (mean of the last logged steps)", f"{rec['train_loss']:.3f} nats"]]
+        return (markdown_rows(["", "value"], rows) +
+                f"\n{rec['parameters']:,} parameters, {rec['steps']} steps, {rec['train_seconds']:,.0f} s of training; "
+                f"lengen {(env['lengen_commit'] or '')[:12]}, torch {env['torch']}, {env['device']}, {env['threads']} "
+                f"thread{'s' if env['threads'] != 1 else ''}\n")
+
+    def lmeval(self, run: str, protocol: str) -> str:
+        """`lmeval RUN PROTOCOL`: the methods x lengths table of a committed `lengen lm eval`
+        (docs/data/lm/RUN/eval-PROTOCOL: results.csv and results.json, whose `metric` names the
+        column), as the command prints it."""
+        folder = self.data / "lm" / run / f"eval-{protocol}"
+        rows = pd.read_csv(folder / "results.csv").to_dict("records")
+        return pivot_table(rows, io.read_json(folder / "results.json")["metric"]) + "\n"
+
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:
         out = self.workdir / study
@@ -172,6 +201,15 @@ def figures(data: Path, docs: Path) -> list[Path]:
     target = docs / "figures" / "bucket_sort_rope_standard_vs_randomized.png"
     plot_accuracy(curves, runs["standard"]["train_length"], target, title="bucket_sort: standard vs randomized positions")
     made.append(target)
+    # each committed `lengen lm eval`: its metric against length, as the command plots it
+    for folder in sorted((data / "lm").glob("*/eval-*")):
+        meta = io.read_json(folder / "results.json")
+        rows = pd.read_csv(folder / "results.csv").to_dict("records")
+        target = docs / "figures" / f"lm_{folder.parent.name}_{folder.name.removeprefix('eval-')}.png".replace("-", "_")
+        plot_metric(rows, meta["metric"], meta["train_length"], target,
+                    plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")),
+                    log_y=meta["metric"] != "accuracy")
+        made.append(target)
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:

@@ -44,6 +44,30 @@ def test_the_docs_have_generated_blocks_for_every_committed_study():
                     or f"<!-- generated: report {study.name} " in pages), study.name
 
 
+def test_the_docs_have_generated_blocks_for_every_committed_lm_run():
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    runs = sorted((ROOT / "docs" / "data" / "lm").iterdir())
+    assert runs, "no committed language-model run"
+    for run in runs:
+        assert f"<!-- generated: lmrun {run.name} -->" in pages, run.name
+        for folder in run.glob("eval-*"):
+            assert f"<!-- generated: lmeval {run.name} {folder.name.removeprefix('eval-')} -->" in pages, folder
+
+
+def test_a_changed_perplexity_of_a_committed_lm_eval_is_caught(copy):
+    results = copy / "data" / "lm" / "rope-default" / "eval-ppl" / "results.csv"
+    table = pd.read_csv(results)
+    table.loc[0, "ppl"] = table.loc[0, "ppl"] + 0.01   # printed to 3 decimals
+    table.to_csv(results, index=False)
+    record = copy / "data" / "lm" / "rope-default" / "eval.json"
+    run = json.loads(record.read_text())
+    run["val_ppl"] += 0.01
+    record.write_text(json.dumps(run))
+    done = check(copy, copy / "data", only="rope-default")
+    assert done.returncode == 1 and done.stdout.count("stale:") == 2, done.stdout + done.stderr
+    assert "lmeval rope-default ppl" in done.stdout and "lmrun rope-default" in done.stdout
+
+
 def test_a_report_block_is_the_file_lengen_report_writes(copy, tmp_path):
     page = copy / "results.md"
     block = "<!-- generated: report ruoss2023-mini table2.md -->\n"

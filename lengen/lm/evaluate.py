@@ -34,6 +34,11 @@ from lengen.training.run_dir import RunDir
 PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
 
 
+def plot_title(pe: str, train_length: int, protocol: str, segment: int | None = None) -> str:
+    """The title of an evaluation's plot (docs/ redraws it from the committed results)."""
+    return f"{pe} LM (train length {train_length}), {protocol}" + (f" (last {segment} tokens)" if segment else "")
+
+
 @dataclass
 class LMEvalConfig:
     methods: list[str] = field(default_factory=list)   # empty: lengen.lm.methods.default_methods
@@ -198,8 +203,7 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
         table = write_ruler_results(out_dir, rows, meta, cfg.train_length,
                                     f"{cfg.model.pe} LM (train length {cfg.train_length}), ruler")
         return {"rows": rows, "table": table, "out_dir": str(out_dir), "metric": "accuracy", "meta": meta}
-    title = f"{cfg.model.pe} LM (train length {cfg.train_length}), {ecfg.protocol}" + (
-        f" (last {ecfg.segment} tokens)" if ecfg.segment else "")
-    table = write_results(out_dir, rows, meta, metric, cfg.train_length, title,
+    table = write_results(out_dir, rows, meta, metric, cfg.train_length,
+                          plot_title(cfg.model.pe, cfg.train_length, ecfg.protocol, ecfg.segment),
                           plot_name=f"{ecfg.protocol.replace('-', '_')}_vs_length.png")
     return {"rows": rows, "table": table, "out_dir": str(out_dir), "metric": metric, "meta": meta}
