@@ -12,7 +12,9 @@ and KIND ARGS say what it shows (Blocks below; quote an argument with spaces, as
 export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own functions, and
 `report fire2024-mini lm_table.md` is that file of the study's `lengen report` (any sweep kind),
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
-`mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals. A doc claim
+`mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
+`lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
+(docs/data/lm/RUN). `--only NAME` rebuilds one study's or run's blocks. A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
