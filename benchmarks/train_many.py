@@ -25,9 +25,9 @@ from lengen.formats import format_table
 from lengen.devices import resolve_device
 from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
-from lengen.training.group_step import bucket_overhead, group_step, pad_members, plan_buckets
+from lengen.training.group_step import bucket_overhead, group_step, step_buckets
 from lengen.training.stack import ModelStack
-from lengen.training.loop import draw_step, train_step
+from lengen.training.loop import train_step
 from lengen.training.optim import che_adam
 from lengen.training.setup import build_run
 
@@ -107,10 +107,8 @@ def time_group(args, pe, n, device, buckets: str):
     # rate caps the group's wherever the device waits on the host
     start = time.perf_counter()
     for _ in range(args.steps):
-        draws = [draw_step(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
-        totals = [b.inputs.shape[1] + o for b, o, _ in draws]
-        for members in plan_buckets(totals, max_buckets, overhead):
-            pad_members([draws[i] for i in members], parts[0].model.empty_token, "cpu")
+        for _bucket in step_buckets(parts, cfgs, rngs, gens, "cpu", max_buckets, overhead):
+            pass
     host = time.perf_counter() - start
     return n * args.steps / seconds, peak_since(base, device) / n, n * args.steps / host
 

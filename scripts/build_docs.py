@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 
 from lengen import io  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
-from lengen.protocols.report import pivot_table, plot_metric  # noqa: E402
+from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
 from lengen.reports import aggregate as agg  # noqa: E402
 from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
@@ -208,9 +208,8 @@ def figures(data: Path, docs: Path) -> list[Path]:
         meta = io.read_json(folder / "results.json")
         rows = pd.read_csv(folder / "results.csv").to_dict("records")
         target = docs / "figures" / f"lm_{folder.parent.name}_{folder.name.removeprefix('eval-')}.png".replace("-", "_")
-        plot_metric(rows, meta["metric"], meta["train_length"], target,
-                    plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")),
-                    log_y=meta["metric"] != "accuracy")
+        plot_results(rows, meta["metric"], meta["train_length"], target,
+                     plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")))
         made.append(target)
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:

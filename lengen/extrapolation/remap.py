@@ -74,8 +74,9 @@ class RemapMethod(ExtrapolationMethod):
             return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
 
         # a tensor on q's device, not a Python float: compiled FlexAttention lifts a captured float
-        # to a CPU scalar and its CUDA lowering fails on that (torch 2.11, H100, 2026-11-27)
-        w = torch.tensor(float(self.window), dtype=torch.float64, device=q.device)
+        # to a CPU scalar and its CUDA lowering fails on that (torch 2.11, H100, 2026-11-27);
+        # torch.full, not torch.tensor: no host-to-device copy that waits for the stream, per layer
+        w = torch.full((), float(self.window), dtype=torch.float64, device=q.device)
 
         def near(p_i, p_j, x_j):
             d = p_i - p_j

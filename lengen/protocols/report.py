@@ -103,5 +103,11 @@ def write_results(out_dir: Path, rows: list[dict], meta: dict, metric: str, trai
     table = pivot_table(rows, metric)
     clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
     io.write_json(out_dir / "results.json", {**meta, "metric": metric, "rows": clean, "table": table})
-    plot_metric(rows, metric, train_length, out_dir / plot_name, title, log_y=metric != "accuracy")
+    plot_results(rows, metric, train_length, out_dir / plot_name, title)
     return table
+
+
+def plot_results(rows: list[dict], metric: str, train_length: int | None, path: Path, title: str = "") -> None:
+    """The plot `write_results` draws (docs/ redraws it from the committed rows): a perplexity
+    on a log axis, an accuracy on a linear one."""
+    plot_metric(rows, metric, train_length, path, title, log_y=metric != "accuracy")

@@ -50,7 +50,7 @@ def pad_members(draws, empty_token: int, device, multiple: int = 1):
     T, O = -(-max(totals) // multiple) * multiple, max(o for _, o, _ in draws)
     pb = max(p.shape[0] for _, _, p in draws)
     tokens = np.full((N, B, T), empty_token, dtype=np.int64)
-    pos = np.zeros((N, pb, T), dtype=torch.empty((), dtype=draws[0][2].dtype).numpy().dtype)
+    pos = np.zeros((N, pb, T), dtype=draws[0][2].numpy().dtype)
     key_bias = np.zeros((N, T), dtype=np.float32)
     out_idx = np.minimum(np.arange(O)[None, :] + np.array([b.inputs.shape[1] for b, _, _ in draws])[:, None], T - 1)
     targets = np.zeros((N, B, O), dtype=np.int64)
@@ -105,23 +105,30 @@ def plan_buckets(totals: list[int], max_buckets: int, overhead: float = 0.0) -> 
     return [[m for m, t in enumerate(totals) if lo <= t <= hi] for lo, hi in reversed(bounds)]
 
 
+def step_buckets(parts: list[RunParts], cfgs: list[TrainConfig], rngs, gens, device, buckets: int = 1,
+                 overhead: float = 0.0):
+    """The host's part of one step: every member's draw, then per length bucket (plan_buckets)
+    (members, their real lengths, their padded step tensors on `device`), one bucket at a time."""
+    draws = [draw_step(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
+    totals = [b.inputs.shape[1] + o for b, o, _ in draws]
+    for members in plan_buckets(totals, buckets, overhead):
+        yield members, [totals[i] for i in members], pad_members(
+            [draws[i] for i in members], parts[0].model.empty_token, device, stack_length_multiple(device))
+
+
 def group_step(stack: ModelStack, parts: list[RunParts], cfgs: list[TrainConfig], rngs, gens, device,
                buckets: int = 1, overhead: float = 0.0):
     """One step of every model; returns (loss, correct, count), each [N], on `device`. Models are
     run in at most `buckets` groups of similar drawn length (plan_buckets, `overhead` per group),
     each padded to its own longest: fewer padded tokens for more, smaller launches."""
-    draws = [draw_step(p, c, r, g) for p, c, r, g in zip(parts, cfgs, rngs, gens)]
-    totals = [b.inputs.shape[1] + o for b, o, _ in draws]
-    plan = plan_buckets(totals, buckets, overhead)
-    N = len(draws)
+    N = len(parts)
     loss = torch.zeros(N, device=device)
     correct = torch.zeros(N, dtype=torch.int64, device=device)
     count = torch.zeros(N, dtype=torch.int64, device=device)
     stack.project()
-    for members in plan:
-        tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = pad_members(
-            [draws[i] for i in members], parts[0].model.empty_token, device, stack_length_multiple(device))
-        keep, scale = stack.dropout_masks(members, [totals[i] for i in members], tokens.shape[1], tokens.shape[2])
+    for members, lengths, padded in step_buckets(parts, cfgs, rngs, gens, device, buckets, overhead):
+        tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = padded
+        keep, scale = stack.dropout_masks(members, lengths, tokens.shape[1], tokens.shape[2])
         (rows,) = to_device(device, torch.tensor(members))  # torch.tensor(..., device=cuda) would wait for the GPU
         with precision_context(cfgs[0].precision, device):
             logits = stack(tokens, pos, key_bias, n_keys, out_idx, keep, scale,

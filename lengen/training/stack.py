@@ -79,9 +79,9 @@ class ModelStack:
             return None, None
         M, S, D = len(members), self.dropout_calls, self.d_model
         # built on the host and sent without waiting: torch.tensor(..., device=cuda) syncs the stream
-        scale, drop_p = to_device(self.device, torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32),
-                                  torch.tensor(rates, dtype=torch.float32).view(M, 1, 1, 1, 1))
+        (scale,) = to_device(self.device, torch.tensor([1.0 / (1.0 - p) for p in rates], dtype=torch.float32))
         if self.device.type == "cuda":
+            (drop_p,) = to_device(self.device, torch.tensor(rates, dtype=torch.float32).view(M, 1, 1, 1, 1))
             return torch.rand((M, S, batch, T, D), device=self.device) >= drop_p, scale
         keep = torch.ones((M, S, batch, T, D), dtype=torch.bool)
         for j, (i, t, p) in enumerate(zip(members, totals, rates)):
