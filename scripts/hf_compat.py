@@ -7,7 +7,9 @@ versions that pass and writes docs/huggingface.md's "Tested with" line from the 
     python3 scripts/hf_compat.py oldest    # the oldest pyproject.toml's `hf` extra allows
     python3 scripts/hf_compat.py 5.10.0    # any release (checked, not recorded)
 
-`.ci/run` runs all three. Every release but the pinned one gets its own venv (.venv-hf/LABEL):
+`.ci/run` runs newest and oldest after the whole suite, which is the pinned check (the same tests
+in .venv); `pinned` records that release after `scripts/pin.sh` moves it. Every release but the
+pinned one gets its own venv (.venv-hf/LABEL):
 torch and lengen's other libraries at constraints.txt's versions, transformers and what it
 requires (huggingface-hub, tokenizers, ...) resolved for that release. FutureWarnings are errors,
 so a keyword lengen still uses fails here when transformers deprecates it, releases before it is
@@ -32,11 +34,18 @@ DOC = ROOT / "docs" / "huggingface.md"
 LOGS = ROOT / "build" / "hf-compat"
 # lengen's own stack, held at the pinned versions in every side venv; everything else may move
 # with transformers (5.0.0 needs huggingface-hub < 2 and tokenizers <= 0.23.0, 5.24.0 the opposite)
-HELD = ("torch", "numpy", "pandas", "matplotlib", "tqdm", "pyyaml", "pytest")
+HELD = ("torch", "numpy", "pandas", "matplotlib", "tqdm", "pyyaml", "pytest", "pytest-xdist", "execnet")
 LABELS = {"pinned": "pinned in constraints.txt", "oldest": "the oldest pyproject.toml allows",
           "newest": "the newest release"}
 BEGIN, END = "<!-- tested-with: written by scripts/hf_compat.py -->", "<!-- /tested-with -->"
 PYTEST = ["-m", "pytest", "-q", "-m", "hf", "-p", "no:cacheprovider", "-W", "error::FutureWarning"]
+
+
+def hf_test_files() -> list[str]:
+    """The test files that mention transformers (tests/conftest.py marks their tests `hf`): naming
+    them spares collecting the whole suite, which costs more than these tests take to run."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                  if "transformers" in p.read_text(encoding="utf-8"))
 
 
 def pins() -> dict[str, str]:
@@ -152,7 +161,7 @@ def main(argv: list[str]) -> int:
         python = side_venv(label, requirement)
     found = versions(python)
     log = LOGS / f"{label}.log"
-    tests = run([python, *PYTEST], log)
+    tests = run([python, *PYTEST, *hf_test_files()], log)
     summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else ""
     n = counts(summary)
     what = f"transformers {found['transformers']}" + (f" ({LABELS[label]})" if label in LABELS else "")

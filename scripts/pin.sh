@@ -4,6 +4,7 @@
 #   LENGEN_UNPINNED=1 bash scripts/setup.sh    # newest releases within pyproject's ranges
 #   .venv/bin/python -m pytest -q              # and the checks in .ci/run
 #   bash scripts/pin.sh                        # record them; commit constraints.txt
+#   python3 scripts/hf_compat.py pinned        # and docs/huggingface.md's "Tested with" line
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(.venv/bin/python -c 'import platform; print(".".join(platform.python_version_tuple()[:2]))')

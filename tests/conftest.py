@@ -1,6 +1,8 @@
 """Shared test settings."""
 
 import functools
+import inspect
+import re
 from pathlib import Path
 
 import os
@@ -34,6 +36,17 @@ def _mentions_transformers(path) -> bool:
     return "transformers" in Path(path).read_text(encoding="utf-8")
 
 
+def _starts_ray(item) -> bool:
+    function = getattr(item, "function", None)
+    return function is not None and 'importorskip("ray")' in inspect.getsource(function)
+
+
+def _is_ray_test(nodeid: str) -> bool:
+    """Tests that start Ray say so in their names (`ray` as a word): pytest-xdist schedules from
+    node ids alone."""
+    return "ray" in re.split(r"[_\[\]-]+", nodeid.rpartition("::")[2])
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test in a module that mentions transformers is marked `hf`: scripts/hf_compat.py runs
     `pytest -m hf` against other transformers releases, and a new Hugging Face test is in it
@@ -41,3 +54,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _mentions_transformers(item.path):
             item.add_marker(pytest.mark.hf)
+        if _starts_ray(item) and not _is_ray_test(item.nodeid):
+            raise pytest.UsageError(f"{item.nodeid} starts Ray: put `ray` in its name, so that "
+                                    "pytest-xdist keeps it apart from the other Ray tests")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pyproject's addopts run the suite on pytest-xdist workers, a file at a time (a module's
+    expensive fixtures run once), with the tests that start Ray all on one worker: two local Ray
+    instances at once would meet (`ray.init()` joins a running local instance)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrRay(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "ray" if _is_ray_test(nodeid) else super()._split_scope(nodeid)
+
+    return FileOrRay(config, log)
