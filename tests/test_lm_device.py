@@ -191,6 +191,9 @@ def test_eval_device_and_precision(tmp_path, no_gpu):
     assert not bf16["ppl"].equals(default["ppl"])  # autocast was on
     meta = json.loads((tmp_path / "bf16" / "results.json").read_text())
     assert meta["device"] == "cpu" and meta["precision"] == "bf16"
+    # what the numbers came from: the same record a run's eval.json keeps
+    assert meta["environment"]["threads"] == torch.get_num_threads()
+    assert meta["environment"]["torch"] == torch.__version__ and "lengen_commit" in meta["environment"]
     with pytest.raises(SystemExit):
         main([*args, "--precision", "int8"])
     # the Python API

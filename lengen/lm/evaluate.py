@@ -12,6 +12,7 @@ import torch
 from lengen.data import load_corpus, long_sequences
 from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import check_precision, precision_context, resolve_device
+from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import parse_spec
 from lengen.io import check_writable
@@ -191,6 +192,7 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
     bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")
+    meta["environment"] = run_environment(device)  # commit, versions, threads: what the numbers came from
     with precision_context(ecfg.precision, device):
         if ecfg.protocol == "ruler":
             rows = _ruler_rows(model, methods, ecfg, meta, bar)
