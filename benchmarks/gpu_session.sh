@@ -39,7 +39,7 @@ cat "$OUT/machine.txt"
 
 case "${1:-}" in
 checks)
-    step tests 200 $PY -m pytest -q -p no:cacheprovider tests/test_flex_remap.py tests/test_devices.py \
+    step tests 200 $PY -m pytest -q -p no:cacheprovider --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
         tests/test_group_training.py::test_group_on_cuda_matches_solo_on_cuda
     step attention_prefill 150 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536,131072 --repeats 3 --flex only
@@ -57,7 +57,7 @@ many)
         --sizes 1,32,256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 2
     ;;
 once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30 s on 2026-11-27)
-    step tests 110 $PY -m pytest -q -p no:cacheprovider -n 8 tests/test_flex_remap.py tests/test_devices.py \
+    step tests 110 $PY -m pytest -q -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
         tests/test_group_training.py tests/test_kernels.py -k "cuda or flex or devices or multiple or folded or vmap"
     step many_rope 120 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 1,64,256,512 --buckets auto --steps 10 --warmup 2 --solo-models 1
