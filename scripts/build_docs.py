@@ -14,7 +14,7 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
-(docs/data/lm/RUN). `--only NAME` rebuilds one study's or run's blocks. A doc claim
+(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME). `--only NAME` rebuilds one study's or run's blocks. A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lengen import io  # noqa: E402
+from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
+from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
 from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
 from lengen.reports import aggregate as agg  # noqa: E402
@@ -142,6 +144,22 @@ class Blocks:
         rows = pd.read_csv(folder / "results.csv").to_dict("records")
         return pivot_table(rows, io.read_json(folder / "results.json")["metric"]) + "\n"
 
+    def hfeval(self, name: str) -> str:
+        """`hfeval NAME`: a committed `lengen hf eval` (docs/data/hf/NAME: results.json, its
+        --out folder's record) as the command prints its table, and what computed it."""
+        result = io.read_json(self.data / "hf" / name / "results.json")
+        meta, env = result["meta"], result["meta"]["environment"]
+        model = meta.get("gguf_file") or Path(meta["model_path"]).name
+        size = (f"{meta['trials']} prompt{'s' if meta['trials'] != 1 else ''} per cell"
+                if meta["protocol"] in ("passkey", "ruler") else
+                f"{meta['docs']} document{'s' if meta['docs'] != 1 else ''}")
+        threads = f", {env['threads']} thread{'s' if env['threads'] != 1 else ''}" if env["device"] == "cpu" else ""
+        seconds = sum(r["seconds"] for r in {(r["method"], r["length"]): r for r in result["rows"]}.values())
+        return (hf_result_table(result) + f"\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
+                f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
+                f"transformers {env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}; "
+                f"{seconds / 60:,.0f} minutes of evaluation\n")
+
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:
         out = self.workdir / study
@@ -211,6 +229,10 @@ def figures(data: Path, docs: Path) -> list[Path]:
         plot_results(rows, meta["metric"], meta["train_length"], target,
                      plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")))
         made.append(target)
+    # each committed `lengen hf eval`: its plot, as the command draws it
+    for folder in sorted((data / "hf").glob("*/")) if (data / "hf").is_dir() else []:
+        target = docs / "figures" / f"hf_{folder.name}.png".replace("-", "_")
+        made.append(plot_hf_result(io.read_json(folder / "results.json"), target))
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:

@@ -377,15 +377,23 @@ def save_result(result: dict, out: Path, plot_too: bool = True) -> list[Path]:
         write_csv(paths[0], [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in rows])
     io.write_json(paths[1], result)
     if plot_too:
-        paths.append(out / "plot.png")
-        name = Path(meta["gguf_file"]).stem if meta.get("gguf_file") else Path(meta["model_path"]).name
-        title = f"{name}: {meta['protocol']}" + (
-            f" (last {meta['segment']} tokens)" if meta["protocol"] == "last-segment" else "")
-        if meta["protocol"] == "ruler":   # one line per method: the mean accuracy over tasks
-            rows, title = task_means(rows), f"{title}, mean accuracy over tasks"
-        finite = [r for r in rows if r[metric] is not None and math.isfinite(r[metric])]
-        plot_metric(finite, metric, meta["train_length"], paths[2], title, log_y=metric != "accuracy")
+        paths.append(plot_result(result, out / "plot.png"))
     return paths
+
+
+def plot_result(result: dict, path: Path) -> Path:
+    """The metric against length, a line per method (RULER: the mean over tasks), the trained
+    length marked; log scale for perplexity."""
+    meta, rows = result["meta"], result["rows"]
+    metric = meta["metric"]
+    name = Path(meta["gguf_file"]).stem if meta.get("gguf_file") else Path(meta["model_path"]).name
+    title = f"{name}: {meta['protocol']}" + (
+        f" (last {meta['segment']} tokens)" if meta["protocol"] == "last-segment" else "")
+    if meta["protocol"] == "ruler":   # one line per method: the mean accuracy over tasks
+        rows, title = task_means(rows), f"{title}, mean accuracy over tasks"
+    finite = [r for r in rows if r[metric] is not None and math.isfinite(r[metric])]
+    plot_metric(finite, metric, meta["train_length"], path, title, log_y=metric != "accuracy")
+    return path
 
 
 def load_result(out: Path) -> dict | None:
