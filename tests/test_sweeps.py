@@ -279,6 +279,15 @@ def test_presets_expand_to_the_papers_sizes():
             full.model.max_position) == (2_000_000, 128, 40, 500, 500, 2048)
     assert len(expand(load_spec("ruoss2023-mini"))) == 90
     assert len(expand(load_spec("su2023"))) == 6 * (3 * 2 * 2 + 2 * 3 * 2) * 3 * 5
+    # the GPU-sized studies (issue 25): Su's question and a paper slice at N = 40, M = 500
+    gpu = expand(load_spec("su2023-gpu"))
+    assert len(gpu) == 4 * 3 * 3 * 2 * 5 and {r.config.max_length for r in gpu} == {500}
+    assert {(r.config.model.pe, r.config.positions, r.config.model.logit_scale) for r in gpu} == {
+        (pe, pos, ls) for pe in ("rope", "sincos", "fire") for pos in ("standard", "randomized", "equal_mean")
+        for ls in ("none", "log_n")}
+    sliced = expand(load_spec("ruoss2023-slice"))
+    assert len(sliced) == 4 * 4 * 3 * 3 and {r.config.lr for r in sliced} == {1e-4, 3e-4, 5e-4}
+    assert {(r.config.train_length, r.config.max_length, r.config.eval_samples) for r in sliced} == {(40, 500, 500)}
 
 
 def test_presets_listing_counts_are_their_run_counts():

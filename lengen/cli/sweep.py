@@ -19,6 +19,7 @@ RUN_EPILOG = """examples:
   lengen sweep run ruoss2023-mini --out sweeps/mini      # a preset, on this machine's cores
   lengen sweep run my_sweep.yaml --out sweeps/mine --dry-run
   lengen sweep run ruoss2023 --out sweeps/full --device cuda --runs-per-gpu 8
+  lengen sweep run ruoss2023 --out sweeps/full --time-limit 25   # 25 minutes now, the rest when rerun
   lengen sweep run ruoss2023 --out /shared/full --backend ray --ray-address auto
   lengen sweep status sweeps/mini
 
@@ -47,7 +48,8 @@ OUT/mlm_by_length.csv (docs/mlm.md, "As a sweep").
 
 Each run lives in OUT/runs/<id>/ (a `lengen train` run directory; the id hashes its whole config).
 Kill a sweep at any time and rerun the same command: finished runs are skipped, interrupted ones
-resume from their last checkpoint, failed ones are retried. OUT/results.csv (one row per finished
+resume from their last checkpoint, failed ones are retried. With --time-limit MINUTES the sweep
+stops itself (training checkpoints at its current step) and exits with status 3 while runs remain. OUT/results.csv (one row per finished
 run) and OUT/accuracy_by_length.csv (run_id, length, accuracy) are rebuilt from the run
 directories; pandas.read_csv reads both.
 """
@@ -94,6 +96,10 @@ def add_parser(sub) -> None:
                         "finished or with a checkpoint) are copied in before running, and evaluated with this "
                         "sweep's eval: section where it differs (e.g. fire2024-mini reuses methods2025-lm-mini's "
                         "RoPE, NoPE and FIRE runs)")
+    r.add_argument("--time-limit", type=float, metavar="MINUTES",
+                   help="stop after MINUTES of wall clock: no run starts after it, and runs in training save a "
+                        "checkpoint at their next step and stop (exit status 3); the same command resumes them. "
+                        "For machines lent by the hour, scheduler time limits, and long studies in chunks")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.set_defaults(func=run)
 
@@ -145,7 +151,7 @@ def with_precision(spec, precision: str):
 def run(args) -> int:
     opts = SweepOptions(backend=args.backend, device=args.device, workers=args.workers, threads=args.threads,
                         runs_per_gpu=args.runs_per_gpu, group_size=args.group_size, ray_address=args.ray_address,
-                        progress=not args.no_progress, reuse=args.reuse)
+                        progress=not args.no_progress, reuse=args.reuse, time_limit=args.time_limit)
     opts.validate()  # before the file is read: a bad flag is the first thing to hear about
     spec = load_spec(args.spec)
     if args.precision is not None:
@@ -165,6 +171,10 @@ def run(args) -> int:
     if counts["failed"]:
         print(f"see `lengen sweep status {args.out}`; rerun the same command to retry the failed runs")
         return 1
+    if counts["stopped"]:
+        print(f"the {args.time_limit:g}-minute time limit stopped {counts['stopped']} runs (those in training "
+              "at their last step, with a checkpoint); rerun the same command to resume")
+        return 3
     return 0
 
 

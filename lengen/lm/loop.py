@@ -25,6 +25,7 @@ from lengen import io
 from lengen.devices import restore_rng_state, rng_state
 from lengen.environment import run_environment
 from lengen.progress import progress_bar
+from lengen.training import deadline
 from lengen.training.optim import fused_optimizer_ok
 from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingSession
@@ -124,8 +125,12 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
                 on_log(step, row)
             loss_sum.zero_()
             loss_count = 0
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        stop = deadline.stop_here(step, cfg.steps)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
             checkpoint()
+        if stop:
+            bar.close()
+            raise deadline.reached(step, cfg.steps)
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()

@@ -36,6 +36,7 @@ class SweepOptions:
     ray_address: str | None = None
     progress: bool = True
     reuse: str | None = None        # another sweep folder whose runs of the same ids are copied in first
+    time_limit: float | None = None  # minutes: then no run starts and training checkpoints and stops
 
     def validate(self) -> None:
         if self.backend not in ("local", "ray"):
@@ -44,6 +45,8 @@ class SweepOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise LengenError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.time_limit is not None and not 0 < self.time_limit < float("inf"):
+            raise LengenError(f"--time-limit must be a positive number of minutes, got {self.time_limit}")
 
 
 def cpu_count() -> int:
@@ -134,9 +137,10 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
                           f"{busy[0]}); wait for it or stop it first")
     todo = [r for r in runs if states[r.run_id] != "done"]
     size = opts.group_size or (default_group_size(devices) if opts.backend == "local" else 1)
-    jobs = [job(spec, group) for group in plan_groups(todo, spec.command, sweep, size)]
+    stop_at = None if opts.time_limit is None else time.time() + 60 * opts.time_limit
+    jobs = [{**job(spec, group), "stop_at": stop_at} for group in plan_groups(todo, spec.command, sweep, size)]
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
-    counts = {"done": len(runs) - len(todo), "failed": 0}
+    counts = {"done": len(runs) - len(todo), "failed": 0, "stopped": 0}
     where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
     grouped = f", in {len(jobs)} groups of up to {size}" if len(jobs) < len(todo) else ""
@@ -160,6 +164,8 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
         if status in ("done", "skipped"):
             counts["done"] += 1
             bar.update(1)
+        elif status == "stopped":   # the time limit: a checkpoint, or not started
+            counts["stopped"] += 1
         elif status == "failed":
             counts["failed"] += 1
             if not sweep.state_file(rid, "failure.json").exists():  # the worker died; Ray gave up

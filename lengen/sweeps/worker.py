@@ -14,6 +14,8 @@ from lengen import io
 from lengen.sweeps.kinds import KINDS
 from lengen.sweeps.sweep_dir import RunLock, SweepDir
 from lengen.training.config import TrainConfig
+from lengen.training import deadline
+from lengen.training.deadline import DeadlineReached
 from lengen.training.group import train_group
 
 PROGRESS_EVERY_S = 2.0  # progress.json is rewritten at most this often
@@ -35,15 +37,20 @@ def job(spec, runs) -> dict:
 
 
 def run_job(sweep_path: str, job: dict, device: str) -> list[dict]:
-    """Execute a job (one run or a group) on `device`; one result per run."""
-    if len(job["runs"]) == 1:
-        return [execute(sweep_path, job["runs"][0]["run_id"], job, device)]
-    return execute_group(sweep_path, job, device)
+    """Execute a job (one run or a group) on `device`; one result per run. Past the job's
+    `stop_at` (`--time-limit`) nothing starts, and training in progress checkpoints and stops:
+    status "stopped"."""
+    with deadline.deadline(job.get("stop_at")):
+        if deadline.passed():
+            return [{"run_id": r["run_id"], "status": "stopped", "seconds": 0.0} for r in job["runs"]]
+        if len(job["runs"]) == 1:
+            return [execute(sweep_path, job["runs"][0]["run_id"], job, device)]
+        return execute_group(sweep_path, job, device)
 
 
 def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
     """Train and evaluate run `run_id` of the sweep in `sweep_path` on `device`. Returns
-    {"run_id", "status": done | failed | busy | skipped, "error"?, "seconds"}."""
+    {"run_id", "status": done | failed | stopped | busy | skipped, "error"?, "seconds"}."""
     sweep = SweepDir(sweep_path, job["done_file"])
     lock = RunLock(sweep.state_file(run_id, "lock"))
     if not lock.acquire():
@@ -82,15 +89,20 @@ def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
             for rid in ids:
                 _log(sweep, rid, f"{'resume' if (sweep.run_path(rid) / 'checkpoint.pt').exists() else 'start'} in a "
                      f"group of {len(ids)} on {socket.gethostname()} pid {os.getpid()} device {device}")
-            error = None
+            error, stopped = None, None
             try:
                 train_group(cfgs, [sweep.run_path(rid) for rid in ids], progress=False)
+            except DeadlineReached as e:
+                stopped = str(e)
             except Exception as e:  # noqa: BLE001 - recorded per member, the sweep goes on
                 error = " ".join(f"{type(e).__name__}: {e}".split())
                 trace = traceback.format_exc()
             seconds = round(time.perf_counter() - start, 3)
             for rid in ids:
-                if sweep.is_done(rid):  # a diverged member does not fail the others
+                if stopped is not None and not sweep.is_done(rid):
+                    _log(sweep, rid, stopped)
+                    results.append({"run_id": rid, "status": "stopped", "seconds": seconds})
+                elif sweep.is_done(rid):  # a diverged member does not fail the others
                     _finished(sweep, rid)
                     score = io.read_json(sweep.run_path(rid) / "eval.json").get("score")
                     _log(sweep, rid, f"finished: score {score} (in a group of {len(ids)})")
@@ -135,6 +147,9 @@ def _attempt(sweep: SweepDir, run_id: str, config: dict, job: dict, device: str)
 
     try:
         summary = kind.execute(path, cfg, job["eval"], job["done_file"], on_log)
+    except DeadlineReached as e:
+        _log(sweep, run_id, str(e))
+        return {"status": "stopped"}
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
         error = " ".join(f"{type(e).__name__}: {e}".split())
         _failed(sweep, run_id, error, traceback.format_exc())

@@ -40,6 +40,7 @@ from lengen.devices import resolve_device, restore_rng_state
 from lengen.errors import LengenError
 from lengen.options import flatten
 from lengen.progress import progress_bar
+from lengen.training import deadline
 from lengen.training.config import TrainConfig
 from lengen.training.group_step import bucket_overhead, group_step
 from lengen.training.loop import Window, evaluate_run, restore_run_rng, reusable_eval, run_rng_state
@@ -174,15 +175,18 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
         restore_rng_state(ckpts[active[0]]["rng"], device)
     cfg = sub[0]
     diverged: dict[int, str] = {}
-    sums = [torch.zeros(len(active), device=device), torch.zeros(len(active), dtype=torch.int64, device=device),
-            torch.zeros(len(active), dtype=torch.int64, device=device)]
-    base = [windows[i].state() for i in active]  # a resumed window's sums so far
+    # the window's sums, a resumed window's included: the loss sum goes on in float32 from where a
+    # checkpoint (one between two log lines too) left it, so the row equals the uninterrupted one
+    base = [windows[i].state() for i in active]
+    sums = [torch.tensor([b["loss"] for b in base], dtype=torch.float32, device=device),
+            torch.tensor([b["correct"] for b in base], dtype=torch.int64, device=device),
+            torch.tensor([b["count"] for b in base], dtype=torch.int64, device=device)]
+    base_steps = [b["steps"] for b in base]
     counted = 0
 
     def window_state(j):
-        b = base[j]
-        return {"loss": b["loss"] + float(sums[0][j]), "correct": b["correct"] + int(sums[1][j]),
-                "count": b["count"] + int(sums[2][j]), "steps": b["steps"] + counted}
+        return {"loss": float(sums[0][j]), "correct": int(sums[1][j]), "count": int(sums[2][j]),
+                "steps": base_steps[j] + counted}
 
     stack.train(True)
     # None: any number of buckets, each paying for its launches; a number: least padding within it
@@ -210,16 +214,20 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
                     sessions[i].add_row(Window(window_state(j)).row(step))
                 except TrainingDiverged as e:
                     diverged[i] = str(e)
-            base = [Window().state() for _ in active]
+            base_steps = [0] * len(active)
             sums = [torch.zeros_like(s) for s in sums]
             counted = 0
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        stop = deadline.stop_here(step, cfg.steps)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
             for j, i in enumerate(active):
                 if i in diverged:
                     continue
                 stack.unstack(j, optimizers[i])
                 sessions[i].save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
                                  window=window_state(j))
+        if stop:
+            bar.close()
+            raise deadline.reached(step, cfg.steps)
     bar.close()
     for j, i in enumerate(active):
         stack.unstack(j)

@@ -19,6 +19,7 @@ from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
+from lengen.training import deadline
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
 from lengen.training.optim import che_adam
@@ -126,8 +127,12 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
             window = Window()
             if on_log is not None:
                 on_log(step, row)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        stop = deadline.stop_here(step, cfg.steps)
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
             checkpoint()
+        if stop:
+            bar.close()
+            raise deadline.reached(step, cfg.steps)
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()
