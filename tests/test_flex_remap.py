@@ -260,7 +260,7 @@ def test_predicates_compile_for_each_option_value(method_name, specs):
     second value torch.compile makes a captured Python float dynamic, and lowering the predicate
     then failed ('unbacked_bindings', seen on an H100 2026-11-27, reproduced on the CPU). Each
     compiled mask must equal the eager one."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     q = torch.randn(1, 1, T, D)
     pos = torch.arange(T)[None]
@@ -273,8 +273,9 @@ def test_predicates_compile_for_each_option_value(method_name, specs):
         for pred in (pieces.near, pieces.far):
             def mod(b, h, i, j, pred=pred):
                 return pred(p[0, i], p[0, j], None if extra is None else extra[0, j])
-            masks = [create_block_mask(mod, None, None, T, T, device="cpu", BLOCK_SIZE=flex_remap.BLOCK_SIZE,
-                                       _compile=compiled) for compiled in (False, True)]
+            masks = [flex_remap.block_mask_builder(compiled)(mod, None, None, T, T, device="cpu",
+                                                             BLOCK_SIZE=flex_remap.BLOCK_SIZE)
+                     for compiled in (False, True)]
             assert torch.equal(masks[0].kv_num_blocks, masks[1].kv_num_blocks), spec
             assert torch.equal(masks[0].full_kv_num_blocks, masks[1].full_kv_num_blocks), spec
             if not bool(masks[0].kv_num_blocks.any()):

@@ -208,14 +208,25 @@ def _build_block_masks(pieces: TwoPiece):
             return far_fn(pq[b, qi], pk[b, kj], xk[b, kj])
 
     B = None if shared else Bq
-    compile_mask = dev.type == "cuda"  # eager create_block_mask materializes Tq x Tk booleans
-    near = create_block_mask(near_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE,
-                             _compile=compile_mask)
-    far = create_block_mask(far_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE,
-                            _compile=compile_mask)
+    build = block_mask_builder(compiled=dev.type == "cuda")  # eager materializes Tq x Tk booleans
+    near = build(near_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE)
+    far = build(far_mod, B, None, Tq, Tk, device=dev, BLOCK_SIZE=BLOCK_SIZE)
     if not bool(far.kv_num_blocks.any()):
         far = None
     return near, far
+
+
+def block_mask_builder(compiled: bool) -> Callable:
+    """create_block_mask, or its compiled form: torch.compile(create_block_mask) from torch 2.6,
+    which deprecates the `_compile=True` flag that torch 2.5 needs instead (it compiled the same
+    function)."""
+    if not compiled:
+        return create_block_mask
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
+        return lambda *args, **kwargs: create_block_mask(*args, **kwargs, _compile=True)
+    if "block_mask" not in _compiled:
+        _compiled["block_mask"] = torch.compile(create_block_mask)
+    return _compiled["block_mask"]
 
 
 def _flex_fn(device: torch.device):
