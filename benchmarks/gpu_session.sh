@@ -21,17 +21,7 @@ OUT=${OUT:-gpu-session-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 
-step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.txt, keep going
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s): $*"
-    local start=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.txt" 2>&1
-    local rc=$?
-    [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s" >>"$OUT/$name.txt"
-    echo "   rc=$rc in $((SECONDS - start))s; last lines:"
-    tail -n 4 "$OUT/$name.txt" | sed 's/^/   /'
-}
+source benchmarks/gpu_step.sh   # step NAME SECONDS COMMAND...
 
 { date -u; nvidia-smi -L; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
     >"$OUT/machine.txt" 2>&1
