@@ -135,3 +135,35 @@ def test_a_changed_cell_of_the_arithmetic_study_is_caught(copy):
     table.to_csv(cells, index=False)
     done = check(copy, copy / "data", only="abacus2024-mini")
     assert done.returncode == 1 and "stale: results.md: report abacus2024-mini arith_by_length.md" in done.stdout
+
+
+def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
+    """A hand-made `lengen hf eval` record (docs/data/hf/NAME/results.json) and its block, written
+    out by hand: the table as the command prints it (3 decimals, methods in their order, lengths
+    as columns) and the line naming the model, protocol, size, device and versions."""
+    env = {"lengen_commit": "0123456789abcdef", "torch": "2.13.0+cpu", "transformers": "5.24.0",
+           "device": "cpu", "threads": 2}
+    meta = {"metric": "ppl", "protocol": "last-segment", "gguf_file": "m.gguf", "model_path": "/x/m",
+            "model_type": "llama", "train_length": 8192, "docs": 1, "trials": 3, "dtype": "float32",
+            "attn": "sdpa", "environment": env}
+    rows = [{"method": "rope", "length": 4096, "ppl": 3.97707, "seconds": 60.0},
+            {"method": "rope", "length": 8192, "ppl": 3.65749, "seconds": 120.0},
+            {"method": "yarn:factor=4", "length": 4096, "ppl": 4.43227, "seconds": 60.0},
+            {"method": "yarn:factor=4", "length": 8192, "ppl": 3.99812, "seconds": 120.0}]
+    folder = copy / "data" / "hf" / "tiny-lastseg"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+    expected = ("| method        | 4096  | 8192  |\n"
+                "|---------------|-------|-------|\n"
+                "| rope          | 3.977 | 3.657 |\n"
+                "| yarn:factor=4 | 4.432 | 3.998 |\n"
+                "m.gguf (llama, trained to 8,192 tokens), last-segment, 1 document; float32, sdpa, cpu, 2 threads; "
+                "transformers 5.24.0, torch 2.13.0+cpu, lengen 0123456789ab; 6 minutes of evaluation\n")
+    page = copy / "huggingface.md"
+    page.write_text(page.read_text() + "\n<!-- generated: hfeval tiny-lastseg -->\n" + expected
+                    + "<!-- end generated -->\n")
+    assert check(copy, copy / "data", only="tiny-lastseg").returncode == 0
+    rows[3]["ppl"] = 3.9991   # printed 3.998 -> 3.999
+    (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+    done = check(copy, copy / "data", only="tiny-lastseg")
+    assert done.returncode == 1 and "stale: huggingface.md: hfeval tiny-lastseg" in done.stdout
