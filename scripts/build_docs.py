@@ -155,10 +155,10 @@ class Blocks:
                 f"{meta['docs']} document{'s' if meta['docs'] != 1 else ''}")
         threads = f", {env['threads']} thread{'s' if env['threads'] != 1 else ''}" if env["device"] == "cpu" else ""
         seconds = sum(r["seconds"] for r in {(r["method"], r["length"]): r for r in result["rows"]}.values())
-        return (hf_result_table(result) + f"\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
+        return (hf_result_table(result).rstrip("\n") + f"\n\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
                 f"transformers {env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}; "
-                f"{seconds / 60:,.0f} minutes of evaluation\n")
+                f"{seconds / 60:,.1f} minutes of evaluation\n")
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:
@@ -229,10 +229,12 @@ def figures(data: Path, docs: Path) -> list[Path]:
         plot_results(rows, meta["metric"], meta["train_length"], target,
                      plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")))
         made.append(target)
-    # each committed `lengen hf eval`: its plot, as the command draws it
+    # each committed `lengen hf eval` that a page shows as a figure: its plot, as the command draws it
+    pages = "".join(page.read_text() for page in docs.glob("*.md"))
     for folder in sorted((data / "hf").glob("*/")) if (data / "hf").is_dir() else []:
         target = docs / "figures" / f"hf_{folder.name}.png".replace("-", "_")
-        made.append(plot_hf_result(io.read_json(folder / "results.json"), target))
+        if f"figures/{target.name}" in pages:
+            made.append(plot_hf_result(io.read_json(folder / "results.json"), target))
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:

@@ -54,6 +54,20 @@ def test_the_docs_have_generated_blocks_for_every_committed_lm_run():
             assert f"<!-- generated: lmeval {run.name} {folder.name.removeprefix('eval-')} -->" in pages, folder
 
 
+def test_the_docs_have_a_generated_block_for_every_committed_hf_eval():
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    evals = sorted((ROOT / "docs" / "data" / "hf").iterdir())
+    assert evals, "no committed lengen hf eval"
+    for folder in evals:
+        assert f"<!-- generated: hfeval {folder.name} -->" in pages, folder.name
+        # results.csv is the command's other copy of the rows: the same numbers
+        rows = pd.read_csv(folder / "results.csv").to_dict("records")
+        record = json.loads((folder / "results.json").read_text())
+        metric = record["meta"]["metric"]
+        assert [(r["method"], r["length"], r[metric]) for r in rows] == \
+            [(r["method"], r["length"], r[metric]) for r in record["rows"]], folder.name
+
+
 def test_a_changed_perplexity_of_a_committed_lm_eval_is_caught(copy):
     results = copy / "data" / "lm" / "rope-default" / "eval-ppl" / "results.csv"
     table = pd.read_csv(results)
@@ -157,8 +171,9 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
                 "|---------------|-------|-------|\n"
                 "| rope          | 3.977 | 3.657 |\n"
                 "| yarn:factor=4 | 4.432 | 3.998 |\n"
+                "\n"
                 "m.gguf (llama, trained to 8,192 tokens), last-segment, 1 document; float32, sdpa, cpu, 2 threads; "
-                "transformers 5.24.0, torch 2.13.0+cpu, lengen 0123456789ab; 6 minutes of evaluation\n")
+                "transformers 5.24.0, torch 2.13.0+cpu, lengen 0123456789ab; 6.0 minutes of evaluation\n")
     page = copy / "huggingface.md"
     page.write_text(page.read_text() + "\n<!-- generated: hfeval tiny-lastseg -->\n" + expected
                     + "<!-- end generated -->\n")
