@@ -32,13 +32,16 @@ def no_gpu(monkeypatch):
 
 
 @functools.cache
-def _mentions_transformers(path) -> bool:
-    return "transformers" in Path(path).read_text(encoding="utf-8")
+def _module_text(path) -> str:
+    return Path(path).read_text(encoding="utf-8")
 
 
 def _starts_ray(item) -> bool:
+    """The test calls importorskip("ray") (its module's text is read once; a test's own source only
+    where the module mentions it)."""
     function = getattr(item, "function", None)
-    return function is not None and 'importorskip("ray")' in inspect.getsource(function)
+    return (function is not None and 'importorskip("ray")' in _module_text(item.path)
+            and 'importorskip("ray")' in inspect.getsource(function))
 
 
 def _is_ray_test(nodeid: str) -> bool:
@@ -52,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
     `pytest -m hf` against other transformers releases, and a new Hugging Face test is in it
     without anyone remembering to mark it."""
     for item in items:
-        if _mentions_transformers(item.path):
+        if "transformers" in _module_text(item.path):
             item.add_marker(pytest.mark.hf)
         if _starts_ray(item) and not _is_ray_test(item.nodeid):
             raise pytest.UsageError(f"{item.nodeid} starts Ray: put `ray` in its name, so that "

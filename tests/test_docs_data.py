@@ -23,6 +23,11 @@ def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data", only:
                            *(["--only", only] if only else [])], capture_output=True, text=True)
 
 
+def docs_pages() -> str:
+    """Every page of docs/, joined: where a generated block is looked for."""
+    return "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+
+
 @pytest.fixture
 def copy(tmp_path):
     """docs/ (pages and data) copied, to change without touching the repository."""
@@ -37,7 +42,7 @@ def test_every_generated_block_matches_its_committed_data():
 
 
 def test_the_docs_have_generated_blocks_for_every_committed_study():
-    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    pages = docs_pages()
     for study in (ROOT / "docs" / "data" / "studies").iterdir():
         if (study / "export.json").exists():  # a CHE study's Table 1, or a table of another kind's report
             assert (f"<!-- generated: che {study.name} table1 -->" in pages
@@ -45,7 +50,7 @@ def test_the_docs_have_generated_blocks_for_every_committed_study():
 
 
 def test_the_docs_have_generated_blocks_for_every_committed_lm_run():
-    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    pages = docs_pages()
     runs = sorted((ROOT / "docs" / "data" / "lm").iterdir())
     assert runs, "no committed language-model run"
     for run in runs:
@@ -55,7 +60,7 @@ def test_the_docs_have_generated_blocks_for_every_committed_lm_run():
 
 
 def test_the_docs_have_a_generated_block_for_every_committed_hf_eval():
-    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    pages = docs_pages()
     evals = sorted((ROOT / "docs" / "data" / "hf").iterdir())
     assert evals, "no committed lengen hf eval"
     for folder in evals:

@@ -49,9 +49,9 @@ OUT/mlm_by_length.csv (docs/mlm.md, "As a sweep").
 Each run lives in OUT/runs/<id>/ (a `lengen train` run directory; the id hashes its whole config).
 Kill a sweep at any time and rerun the same command: finished runs are skipped, interrupted ones
 resume from their last checkpoint, failed ones are retried. With --time-limit MINUTES the sweep
-stops itself (training checkpoints at its current step) and exits with status 3 while runs remain. OUT/results.csv (one row per finished
-run) and OUT/accuracy_by_length.csv (run_id, length, accuracy) are rebuilt from the run
-directories; pandas.read_csv reads both.
+stops itself (training checkpoints at its current step) and exits with status 3 while runs
+remain. OUT/results.csv (one row per finished run) and OUT/accuracy_by_length.csv (run_id,
+length, accuracy) are rebuilt from the run directories; pandas.read_csv reads both.
 """
 
 

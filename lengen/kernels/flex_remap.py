@@ -222,7 +222,7 @@ def block_mask_builder(compiled: bool) -> Callable:
     function)."""
     if not compiled:
         return create_block_mask
-    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
+    if torch.__version__ < (2, 6):   # TorchVersion compares with tuples
         return lambda *args, **kwargs: create_block_mask(*args, **kwargs, _compile=True)
     if "block_mask" not in _compiled:
         _compiled["block_mask"] = torch.compile(create_block_mask)

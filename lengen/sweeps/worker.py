@@ -15,7 +15,6 @@ from lengen.sweeps.kinds import KINDS
 from lengen.sweeps.sweep_dir import RunLock, SweepDir
 from lengen.training.config import TrainConfig
 from lengen.training import deadline
-from lengen.training.deadline import DeadlineReached
 from lengen.training.group import train_group
 
 PROGRESS_EVERY_S = 2.0  # progress.json is rewritten at most this often
@@ -92,7 +91,7 @@ def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
             error, stopped = None, None
             try:
                 train_group(cfgs, [sweep.run_path(rid) for rid in ids], progress=False)
-            except DeadlineReached as e:
+            except deadline.DeadlineReached as e:
                 stopped = str(e)
             except Exception as e:  # noqa: BLE001 - recorded per member, the sweep goes on
                 error = " ".join(f"{type(e).__name__}: {e}".split())
@@ -147,7 +146,7 @@ def _attempt(sweep: SweepDir, run_id: str, config: dict, job: dict, device: str)
 
     try:
         summary = kind.execute(path, cfg, job["eval"], job["done_file"], on_log)
-    except DeadlineReached as e:
+    except deadline.DeadlineReached as e:
         _log(sweep, run_id, str(e))
         return {"status": "stopped"}
     except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
