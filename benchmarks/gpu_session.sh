@@ -6,14 +6,17 @@
 #   bash benchmarks/gpu_session.sh many     # many models at once on CUDA (issue 10)
 #   bash benchmarks/gpu_session.sh once     # the most of both in ONE call of under 10 minutes, for a
 #                                           # session lent 15 device-minutes (start-up included)
+#   bash benchmarks/gpu_session.sh flex     # flex speed one length per process (the first compile of
+#                                           # each method's passes took the whole 90 s of `once` on
+#                                           # 2026-11-28; inductor's disk cache serves later lengths)
 #
 # Runs with the machine's python3 and PYTHONPATH=. (no install); writes one log per step to
 # $OUT (the device tool's folder; ./gpu-session-out elsewhere). Every step has its own time limit,
 # so one slow step cannot eat the others' time; a step that times out says so in its log.
 set -u
 case "${1:-}" in
-checks | many | once) ;;
-*) echo "usage: bash benchmarks/gpu_session.sh checks|many|once" >&2; exit 2 ;;
+checks | many | once | flex) ;;
+*) echo "usage: bash benchmarks/gpu_session.sh checks|many|once|flex" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -57,5 +60,15 @@ once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30 s on 20
         --lengths 16384,65536,131072 --repeats 2 --flex only
     step hf_forward 70 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536 --repeats 2
+    ;;
+flex)  # limits add up to 400 s: run with timeout_s 430
+    for T in 16384 65536 131072; do
+        step "attention_prefill_$T" 80 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
+            --lengths $T --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512;dca"
+    done
+    step hf_forward 120 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
+        --lengths 16384,65536 --repeats 2 --methods "yarn:factor=8;rerope:window=2048;self_extend:group=8,window=1024"
+    step many_tf32 40 $PY benchmarks/train_many.py --device cuda --encodings rope \
+        --sizes 512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision tf32
     ;;
 esac
