@@ -15,7 +15,10 @@ sinks, dca, string): `flex` = the two FlexAttention passes of lengen.kernels.fle
 = the fallback of lengen.extrapolation.blockwise; other methods have one path (`-`). --flex auto
 (default) times both paths on CUDA and only blockwise on CPU; --flex force times both on CPU too
 (eager flex_attention there: it materializes the scores, a check of the plumbing, not a speed);
---flex off only blockwise, --flex only the flex path alone. A GPU session measures everything with
+--flex off only blockwise, --flex only the flex path alone. The flex path is timed twice: `flex`
+with the block masks cached (what a model's second and later layers pay: its layers share one pair
+of masks per method and positions), `flex+masks` building them at every call (what its first layer
+pays; create_block_mask evaluates the predicates on every pair of positions). A GPU session measures everything with
     python benchmarks/attention_speed.py --device cuda --dtype bfloat16 --lengths 16384,65536,131072
 
 Time: per length, rounds of (baseline, every method) interleaved so a noisy neighbour slows all
@@ -73,7 +76,8 @@ def runner(entry, args, device):
         return lambda q, k, v, pos: F.scaled_dot_product_attention(q, k, v, is_causal=True)
     spec, _, path = entry.partition(PATH_TAG)
     method = build_method(spec, RopeSpec(args.head_dim, 10000.0, args.train_length))
-    mode = {"flex": "force", "blockwise": "off"}.get(path)
+    mode = {"flex": "force", "flex+masks": "force", "blockwise": "off"}.get(path)
+    fresh_masks = path == "flex+masks"
 
     def call(q, k, v, pos):
         if decode:
@@ -86,6 +90,8 @@ def runner(entry, args, device):
     def with_mode(q, k, v, pos):
         previous = flex_remap.mode()
         flex_remap.set_mode(mode)
+        if fresh_masks:
+            flex_remap.clear_mask_cache()
         try:
             return call(q, k, v, pos)
         finally:
@@ -103,9 +109,9 @@ def entries(specs, args, device):
             continue
         paths = ["blockwise"]
         if flex_remap.available() and (args.flex == "force" or (args.flex == "auto" and device.type == "cuda")):
-            paths = ["flex", "blockwise"]
+            paths = ["flex", "flex+masks", "blockwise"]
         elif args.flex == "only":
-            paths = ["flex"]
+            paths = ["flex", "flex+masks"]
         out += [(f"{spec}{PATH_TAG}{p}", spec, p) for p in paths]
     return out
 

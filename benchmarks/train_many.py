@@ -105,12 +105,40 @@ def time_group(args, pe, n, device, buckets: str):
     seconds = time.perf_counter() - start
     # the host's share: the same steps' draws, bucket plan and padding alone (no model), whose
     # rate caps the group's wherever the device waits on the host
-    start = time.perf_counter()
+    start, flops = time.perf_counter(), 0.0
     for _ in range(args.steps):
-        for _bucket in step_buckets(parts, cfgs, rngs, gens, "cpu", max_buckets, overhead):
-            pass
+        for _members, _lengths, padded in step_buckets(parts, cfgs, rngs, gens, "cpu", max_buckets, overhead):
+            flops += padded_flops(cfgs[0], *padded[0].shape)
     host = time.perf_counter() - start
-    return n * args.steps / seconds, peak_since(base, device) / n, n * args.steps / host
+    if args.profile:
+        profile_steps(args, lambda: group_step(stack, parts, cfgs, rngs, gens, device, max_buckets, overhead),
+                      device, f"{pe}, N = {n}, buckets {buckets}")
+    return n * args.steps / seconds, peak_since(base, device) / n, n * args.steps / host, flops / (n * args.steps)
+
+
+def profile_steps(args, step, device, label):
+    """torch.profiler over 3 more steps: the operators by their own device time (CPU time on the
+    CPU), to see where a group's step goes when its rate is far below the device's FLOP rate."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(3):
+            step()
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"profile of 3 steps ({label}), top {args.profile} by {key}:", flush=True)
+    print(prof.key_averages().table(sort_by=key, row_limit=args.profile), flush=True)
+
+
+def padded_flops(cfg, members: int, batch: int, length: int) -> float:
+    """Float operations of one padded bucket's forward and backward (3x the forward): the linear
+    layers (6 per weight and token) and the two attention products QK^T and AV (12 x T^2 x d per
+    sequence and layer: every position attends to every other); embeddings and readout left out.
+    What the device must do, so the rate x this says how close to the device's peak a group runs."""
+    m = cfg.model
+    per_sequence = 6 * length * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff) + 12 * length ** 2 * m.d_model
+    return float(members * batch * m.num_layers * per_sequence)
 
 
 def time_solo(args, pe, device, models: int):
@@ -159,6 +187,9 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="lengen.devices")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--profile", type=int, default=0, metavar="K",
+                   help="after each group's timing, profile 3 more steps and print the K operators "
+                        "that take the most device time (0: no profile)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -167,27 +198,29 @@ def main():
     rows = []
     for pe in args.encodings.split(","):
         solo_rate, solo_mb = time_solo(args, pe, device, args.solo_models)
-        rows.append([pe, "1 at a time", "", f"{solo_rate:.1f}", "1.00x", "", f"{solo_mb:.1f}"])
+        rows.append([pe, "1 at a time", "", f"{solo_rate:.1f}", "1.00x", "", "", "", f"{solo_mb:.1f}"])
         print(" ".join(rows[-1]), flush=True)
         for buckets in bucket_settings:
             for n in (int(s) for s in args.sizes.split(",")):
                 try:
-                    rate, mb, host_rate = time_group(args, pe, n, device, buckets)
+                    rate, mb, host_rate, flops = time_group(args, pe, n, device, buckets)
                 except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
-                    rows.append([pe, str(n), buckets, f"failed: {type(e).__name__}", "", "", ""])
+                    rows.append([pe, str(n), buckets, f"failed: {type(e).__name__}", "", "", "", "", ""])
                     print(f"N={n}, buckets {buckets}: {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
                     break
                 rows.append([pe, str(n), buckets, f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{host_rate:.0f}",
-                             f"{mb:.1f}"])
+                             f"{flops / 1e9:.3g}", f"{rate * flops / 1e12:.3g}", f"{mb:.1f}"])
                 print(" ".join(rows[-1]), flush=True)
     print()
     print(f"{args.task}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
           f"U{{1..{args.train_length}}}, {args.positions} positions, dropout {args.dropout}, "
           f"device {device}, {args.precision}, {torch.get_num_threads()} threads, {args.steps} timed steps")
     print(format_table(["encoding", "N", "buckets", "model-steps/s", "vs one at a time", "host only",
-                        "peak MB/model"], rows))
+                        "GFLOP/model-step", "TFLOP/s", "peak MB/model"], rows))
     print("host only: model-steps/s of the host's part alone (draws, bucket plan, padding; no model): "
           "the group's rate cannot pass it unless that part is overlapped or made cheaper")
+    print("GFLOP/model-step: the padded step's linear layers and attention products, forward and backward "
+          "(padded_flops, averaged over the host-only steps); TFLOP/s = that x model-steps/s")
 
 
 if __name__ == "__main__":

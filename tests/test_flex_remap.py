@@ -171,6 +171,38 @@ def test_block_masks_visit_about_one_causal_attention(force_flex):
     assert blocks(far) < causal
 
 
+@needs_flex
+def test_block_masks_are_cached_per_method_and_positions(force_flex, monkeypatch):
+    """Two methods that alternate on the same positions (a benchmark's rounds, Gemma's two layer
+    types) build their masks once each; new positions, or positions changed in place, build anew;
+    past MASK_CACHE_SIZE entries the oldest is rebuilt. Cached or not, the output is the same."""
+    built = []
+    real_build = flex_remap._build_block_masks
+    monkeypatch.setattr(flex_remap, "_build_block_masks", lambda pieces: built.append(pieces.key) or real_build(pieces))
+    flex_remap.clear_mask_cache()
+    q, k, v = qkv()
+    pos = torch.arange(T)[None]
+    methods = [build_method(s, ROPE) for s in ("rerope:window=150", "self_extend:group=4,window=32")]
+    first = [m.attend(q, k, v, pos, pos) for m in methods]
+    for _ in range(2):
+        for m, out in zip(methods, first):
+            torch.testing.assert_close(m.attend(q, k, v, pos, pos), out, rtol=0, atol=0)
+    assert len(built) == 2
+    other = torch.arange(T)[None]  # equal values, another tensor: its masks are not assumed
+    methods[0].attend(q, k, v, other, other)
+    assert len(built) == 3
+    pos[0, -1] = T + 5  # changed in place: the cached masks no longer describe it
+    moved = methods[0].attend(q, k, v, pos, pos)
+    assert len(built) == 4
+    flex_remap.set_mode("off")
+    torch.testing.assert_close(moved, methods[0].attend(q, k, v, pos, pos), atol=1e-5, rtol=1e-5)
+    flex_remap.set_mode("force")
+    many = [build_method(f"rerope:window={w}", ROPE) for w in range(100, 100 + 10 * (flex_remap.MASK_CACHE_SIZE + 1), 10)]
+    for m in many + many[:1]:
+        m.attend(q, k, v, other, other)
+    assert len(built) == 4 + len(many) + 1  # the first was pushed out by the others
+
+
 def test_cpu_default_does_not_use_flex(monkeypatch):
     """Auto mode on CPU tensors: the blockwise path, never a flex call (no compile for CPU users)."""
     monkeypatch.setattr(flex_remap, "_mode", "auto")

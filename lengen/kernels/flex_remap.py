@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,7 +74,11 @@ def _mode_from_env() -> str:
 _mode = _mode_from_env()
 _failed: str | None = None          # auto mode: the reason flex was given up, once it failed
 _compiled: dict = {}
-_mask_cache: dict = {}
+#: block masks of the last few (method, positions): a model's layers share one, and methods or
+#: layer types that alternate (a benchmark's interleaved rounds, Gemma's sliding and global
+#: layers) would otherwise rebuild theirs at every call: at 128k a pair of masks is ~16 MB
+_mask_cache: OrderedDict = OrderedDict()
+MASK_CACHE_SIZE = 4
 
 
 def set_mode(value: str) -> None:
@@ -156,16 +161,25 @@ def try_attend(build: Callable[[], TwoPiece], v: torch.Tensor) -> torch.Tensor |
 
 
 def block_masks(pieces: TwoPiece):
-    """(near BlockMask, far BlockMask or None when no pair is far), cached for the last positions."""
+    """(near BlockMask, far BlockMask or None when no pair is far), cached for the last few
+    (method, positions) pairs (MASK_CACHE_SIZE)."""
     pq, pk = pieces.pos_q, pieces.pos_k
     key = (pieces.key, id(pq), _version(pq), tuple(pq.shape), id(pk), _version(pk), tuple(pk.shape),
            str(pieces.q_near.device))
-    hit = _mask_cache.get("last")
-    if hit is not None and hit[0] == key:
-        return hit[1]
+    hit = _mask_cache.get(key)
+    if hit is not None:
+        _mask_cache.move_to_end(key)
+        return hit[0]
     masks = _build_block_masks(pieces)
-    _mask_cache["last"] = (key, masks, pq, pk)  # holds the tensors: their ids stay unique
+    _mask_cache[key] = (masks, pq, pk)  # holds the tensors: their ids stay unique while cached
+    while len(_mask_cache) > MASK_CACHE_SIZE:
+        _mask_cache.popitem(last=False)
     return masks
+
+
+def clear_mask_cache() -> None:
+    """Forget every cached block mask (a benchmark timing what a forward's first layer pays)."""
+    _mask_cache.clear()
 
 
 def _version(t: torch.Tensor):
