@@ -14,7 +14,8 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
-(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME). `--only NAME` rebuilds one study's or run's blocks. A doc claim
+(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `bench PATH` the
+table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME` rebuilds one study's or run's blocks. A doc claim
 that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
 checks that changing a committed score or a number in a block makes it fail.
 """
@@ -199,6 +200,22 @@ class Blocks:
         header = ["lengths", "rope (standard positions)", "rope (randomized positions)"]
         return (markdown_rows(header, rows) + f"\nlengen {env['lengen_commit']}, torch {env['torch']}, "
                 f"{env['device']}, {env['threads']} thread{'s' if env['threads'] > 1 else ''}\n")
+
+    def bench(self, path: str) -> str:
+        """`bench PATH`: the table a benchmark script printed, from its raw output committed under
+        docs/data/ (PATH relative to it), with the line above the table that says what was run."""
+        file = (self.data / path).resolve()
+        if self.data.resolve() not in file.parents:
+            raise ValueError(f"bench block names a file under docs/data, got {path!r}")
+        lines = file.read_text().splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+        if start is None:
+            raise ValueError(f"{path} holds no table")
+        end = start
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        caption = lines[start - 1].lstrip("# ").strip() if start and lines[start - 1].strip() else ""
+        return (f"{caption}\n\n" if caption else "") + "\n".join(lines[start:end]) + "\n"
 
     def render(self, args: str) -> str:
         kind, *rest = shlex.split(args)  # a variant label with spaces is quoted

@@ -32,7 +32,7 @@ def docs_pages() -> str:
 def copy(tmp_path):
     """docs/ (pages and data) copied, to change without touching the repository."""
     docs = tmp_path / "docs"
-    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("*.png", "*.svg", "benchmarks"))
+    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("*.png", "*.svg"))
     return docs
 
 
@@ -187,3 +187,31 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
     done = check(copy, copy / "data", only="tiny-lastseg")
     assert done.returncode == 1 and "stale: huggingface.md: hfeval tiny-lastseg" in done.stdout
+
+
+def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
+    """`bench PATH`: the caption line and the table of a raw benchmark output under docs/data,
+    nothing else of the file; a changed number in the raw file is caught; a path outside
+    docs/data is one clear message."""
+    raw = copy / "data" / "benchmarks" / "tiny" / "many.txt"
+    raw.parent.mkdir(parents=True)
+    raw.write_text("rope 1 at a time  53.4 1.00x  260.3\n\n"
+                   "reverse_string, 5 layers, device cuda:0, fp32\n"
+                   "| encoding | N  | model-steps/s |\n"
+                   "|----------|----|---------------|\n"
+                   "| rope     | 64 | 403.6         |\n"
+                   "host only: a note after the table\n")
+    expected = ("reverse_string, 5 layers, device cuda:0, fp32\n\n"
+                "| encoding | N  | model-steps/s |\n"
+                "|----------|----|---------------|\n"
+                "| rope     | 64 | 403.6         |\n")
+    page = copy / "performance.md"
+    page.write_text(page.read_text() + "\n<!-- generated: bench benchmarks/tiny/many.txt -->\n" + expected
+                    + "<!-- end generated -->\n")
+    assert check(copy, copy / "data", only="benchmarks/tiny/many.txt").returncode == 0
+    raw.write_text(raw.read_text().replace("403.6", "430.6"))
+    done = check(copy, copy / "data", only="benchmarks/tiny/many.txt")
+    assert done.returncode == 1 and "stale: performance.md: bench benchmarks/tiny/many.txt" in done.stdout
+    page.write_text(page.read_text() + "\n<!-- generated: bench ../../etc/passwd -->\n<!-- end generated -->\n")
+    done = check(copy, copy / "data", only="../../etc/passwd")
+    assert done.returncode not in (0, 1) and "Traceback" not in done.stderr and "under docs/data" in done.stderr
