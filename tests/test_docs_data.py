@@ -28,6 +28,11 @@ def docs_pages() -> str:
     return "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
 
 
+def add_block(page: Path, args: str, body: str = "") -> None:
+    """A generated block `args` holding `body`, appended to a copied docs page."""
+    page.write_text(page.read_text() + f"\n<!-- generated: {args} -->\n{body}<!-- end generated -->\n")
+
+
 @pytest.fixture
 def copy(tmp_path):
     """docs/ (pages and data) copied, to change without touching the repository."""
@@ -139,8 +144,7 @@ def test_a_changed_number_in_a_docs_table_is_caught(copy):
 
 
 def test_an_unknown_block_is_one_clear_message(copy):
-    page = copy / "results.md"
-    page.write_text(page.read_text() + "\n<!-- generated: che no-such-study table1 -->\n<!-- end generated -->\n")
+    add_block(copy / "results.md", "che no-such-study table1")
     done = check(copy, copy / "data", only="no-such-study")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr
     assert re.search(r"results\.md: block `che no-such-study table1` cannot be built", done.stderr)
@@ -179,9 +183,7 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
                 "\n"
                 "m.gguf (llama, trained to 8,192 tokens), last-segment, 1 document; float32, sdpa, cpu, 2 threads; "
                 "transformers 5.24.0, torch 2.13.0+cpu, lengen 0123456789ab; 6.0 minutes of evaluation\n")
-    page = copy / "huggingface.md"
-    page.write_text(page.read_text() + "\n<!-- generated: hfeval tiny-lastseg -->\n" + expected
-                    + "<!-- end generated -->\n")
+    add_block(copy / "huggingface.md", "hfeval tiny-lastseg", expected)
     assert check(copy, copy / "data", only="tiny-lastseg").returncode == 0
     rows[3]["ppl"] = 3.9991   # printed 3.998 -> 3.999
     (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
@@ -205,13 +207,11 @@ def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
                 "| encoding | N  | model-steps/s |\n"
                 "|----------|----|---------------|\n"
                 "| rope     | 64 | 403.6         |\n")
-    page = copy / "performance.md"
-    page.write_text(page.read_text() + "\n<!-- generated: bench benchmarks/tiny/many.txt -->\n" + expected
-                    + "<!-- end generated -->\n")
+    add_block(copy / "performance.md", "bench benchmarks/tiny/many.txt", expected)
     assert check(copy, copy / "data", only="benchmarks/tiny/many.txt").returncode == 0
     raw.write_text(raw.read_text().replace("403.6", "430.6"))
     done = check(copy, copy / "data", only="benchmarks/tiny/many.txt")
     assert done.returncode == 1 and "stale: performance.md: bench benchmarks/tiny/many.txt" in done.stdout
-    page.write_text(page.read_text() + "\n<!-- generated: bench ../../etc/passwd -->\n<!-- end generated -->\n")
+    add_block(copy / "performance.md", "bench ../../etc/passwd")
     done = check(copy, copy / "data", only="../../etc/passwd")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr and "under docs/data" in done.stderr
