@@ -6,8 +6,8 @@
 #   bash benchmarks/gpu_session.sh many     # many models at once on CUDA (issue 10)
 #   bash benchmarks/gpu_session.sh once     # the most of both in ONE call of under 10 minutes, for a
 #                                           # session lent 15 device-minutes (start-up included)
-#   bash benchmarks/gpu_session.sh sweeps   # a real preset in 100-second chunks: --group-size and
-#                                           # --runs-per-gpu against today's defaults (sweep_rate.py)
+#   bash benchmarks/gpu_session.sh sweeps   # sweeps of groups sharing the GPU: --group-size x
+#                                           # --runs-per-gpu (sweep_throughput.py)
 #   bash benchmarks/gpu_session.sh flex     # flex speed one length per process (the first compile of
 #                                           # each method's passes took the whole 90 s of `once` on
 #                                           # 2026-11-28; inductor's disk cache serves later lengths)
@@ -77,25 +77,10 @@ flex)  # limits add up to 400 s: run with timeout_s 430
     step many_tf32 40 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision tf32
     ;;
-sweeps)  # limits add up to 420 s: run with timeout_s 450
-    # chunk LABEL ARGS...: 1.6 minutes of ruoss2023-slice in a fresh folder, then its rate
-    chunk() {
-        local label=$1 dir start=$SECONDS
-        shift
-        dir=$(mktemp -d)
-        $PY -m lengen sweep run "${SWEEP_SPEC:-ruoss2023-slice}" --out "$dir/s" --device "${SWEEP_DEVICE:-cuda}" \
-            --time-limit "${SWEEP_MINUTES:-1.6}" --no-progress "$@"
-        $PY benchmarks/sweep_rate.py "$dir/s" --seconds $((SECONDS - start)) --label "$label"
-    }
-    export -f chunk
-    export PY
-    echo "| settings | runs | started | model-steps | seconds | model-steps/s |" >"$OUT/sweep_rates.md"
-    echo "|---|---|---|---|---|---|" >>"$OUT/sweep_rates.md"
-    for setting in ${SWEEP_SETTINGS:-"1,8" "9,8" "9,16"}; do
-        g=${setting%,*} k=${setting#*,}
-        step "sweep_g${g}_k$k" 140 bash -c 'chunk "$@"' chunk "group $g, $k per GPU" --group-size "$g" --runs-per-gpu "$k"
-        grep '^| group' "$OUT/sweep_g${g}_k$k.txt" >>"$OUT/sweep_rates.md"
-    done
-    cat "$OUT/sweep_rates.md"
+sweeps)  # limits add up to 380 s: run with timeout_s 420
+    # K processes sharing the GPU, each training a group of G runs (seeds): what the CUDA defaults
+    # of --runs-per-gpu and --group-size should be (a sweep's groups hold 5-30 runs, docs/sweeps.md)
+    step sweeps_k8 240 $PY benchmarks/sweep_throughput.py --device cuda --ks 8 --group-sizes 1,9,30 --steps 200
+    step sweeps_k16 140 $PY benchmarks/sweep_throughput.py --device cuda --ks 16 --group-sizes 9 --steps 200
     ;;
 esac

@@ -4,13 +4,16 @@ the same invocation).
 CPU (default): runs per hour for a slice of the `ruoss2023-mini` preset, with 1 worker (the runs
 one after another in one process, 1 thread) and with the local pool (one worker per core).
 
-GPU (--device cuda): training model-steps/s of one run alone against K runs sharing the GPU
-(--runs-per-gpu K): the seed paper's model, rope, batch 128, U{1..40}, reverse_string; K runs x
-`--steps` steps over the wall time of the slowest run's training (process start-up excluded:
-each run's own training clock, eval.json's train_seconds).
+GPU (--device cuda): training model-steps/s of one run alone against K processes sharing the GPU
+(--runs-per-gpu K), each training G runs as one group (--group-size G: the runs differ in seed
+only, as a sweep's groups do): the seed paper's model, rope, batch 128, U{1..40},
+reverse_string; K x G runs x `--steps` steps over the wall time of the slowest run's training
+(process start-up excluded: each run's own training clock, eval.json's train_seconds).
 
     python benchmarks/sweep_throughput.py --tasks 1            # CPU: a 6-run slice of the preset
     python benchmarks/sweep_throughput.py --device cuda --ks 1,2,4,8,16 --steps 300
+    python benchmarks/sweep_throughput.py --device cuda --ks 8,16 --group-sizes 1,9,30   # what to set
+                                                               # --group-size and --runs-per-gpu from
 """
 
 from __future__ import annotations
@@ -51,23 +54,24 @@ def gpu_bench(args) -> None:
     device = resolve_device(args.device)
     rows = []
     base = None
-    for k in [int(x) for x in args.ks.split(",")]:
-        spec = parse_spec({"name": f"k{k}", "grid": {"seed": list(range(k))},
+    for k, g in [(int(k), int(g)) for g in args.group_sizes.split(",") for k in args.ks.split(",")]:
+        spec = parse_spec({"name": f"k{k}-g{g}", "grid": {"seed": list(range(k * g))},
                            "fixed": {"task": "reverse_string", "pe": "rope", "steps": args.steps, "train_length": 40,
                                      "max_length": 41, "eval_samples": 16, "batch_size": 128,
                                      "checkpoint_every": args.steps, "log_every": 50, "lr": 3e-4,
                                      "precision": args.precision}})
         out = Path(tempfile.mkdtemp(prefix="lengen-sweep-gpu-"))
         start = time.perf_counter()
-        run_sweep(spec, out, SweepOptions(device=str(device), runs_per_gpu=k, workers=k, progress=False))
+        run_sweep(spec, out, SweepOptions(device=str(device), runs_per_gpu=k, workers=k, group_size=g,
+                                          progress=False))
         wall = time.perf_counter() - start
         train_s = [json.loads(p.read_text())["train_seconds"] for p in out.glob("runs/*/eval.json")]
-        rate = k * args.steps / max(train_s)
-        base = base or rate / k
-        rows.append([k, f"{args.steps / max(train_s):.1f}", f"{rate:.0f}", f"{rate / base:.2f}x", f"{wall:.1f}"])
-        print(f"  K={k}: {rate:.0f} model-steps/s", flush=True)
-    print(format_table(["runs sharing the GPU", "steps/s per run", "model-steps/s", "vs one run",
-                        "sweep wall s"], rows))
+        rate = k * g * args.steps / max(train_s)
+        base = base or rate / (k * g)
+        rows.append([k, g, f"{args.steps / max(train_s):.1f}", f"{rate:.0f}", f"{rate / base:.2f}x", f"{wall:.1f}"])
+        print(f"  K={k}, G={g}: {rate:.0f} model-steps/s", flush=True)
+    print(format_table(["processes sharing the GPU", "group size", "steps/s per run", "model-steps/s",
+                        "vs one run", "sweep wall s"], rows))
 
 
 def main() -> None:
@@ -75,7 +79,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tasks", type=int, default=1, help="CPU: tasks of the ruoss2023-mini slice, 6 runs each "
                     "(default 1)")
-    ap.add_argument("--ks", default="1,2,4,8,16", help="GPU: runs sharing the GPU")
+    ap.add_argument("--ks", default="1,2,4,8,16", help="GPU: processes sharing the GPU (--runs-per-gpu)")
+    ap.add_argument("--group-sizes", default="1", help="GPU: runs trained as one group in each process "
+                    "(--group-size); every K is timed with every G")
     ap.add_argument("--steps", type=int, default=300, help="GPU: training steps per run")
     ap.add_argument("--precision", default="fp32", help="GPU: fp32, tf32 or bf16")
     args = ap.parse_args()

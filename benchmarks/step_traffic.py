@@ -1,0 +1,141 @@
+"""Memory traffic of one group training step, operator by operator, and the model-steps/s it
+allows at a device's memory bandwidth: a roofline for lengen.training.group without a GPU.
+
+The step runs on PyTorch's `meta` device (shapes only, no arithmetic) through the code path CUDA
+takes (the models folded into SDPA's heads, step lengths rounded up to 8). Every operator that
+allocates (views excluded) is counted: bytes written (its outputs) and bytes read (its tensor
+inputs, a broadcast input at its storage's size). Tensors shaped [..., T, T] are attention
+scores: the meta device runs SDPA's math path, which writes and reads them, while CUDA's fused
+kernels keep them on chip; they are reported apart and left out of the roofline (an estimate:
+the fused kernels' own reads of q, k, v are approximated by the math path's).
+
+    python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
+    python benchmarks/step_traffic.py --bandwidth 3.35      # H100 SXM HBM3, TB/s
+
+What it shows (2026-11-28, docs/performance.md): the eager step of a group of 512 moves ~1.7 GB
+per model-step outside the scores, so at an H100's 3.35 TB/s at most ~2,000 model-steps/s; 580
+were measured on an H100 that day, and 5,000 needs the traffic cut ~2.5x (0.67 GB per
+model-step): fusion, bf16 activations, fewer copies, not faster matrix products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import lengen.kernels.model_stack as model_stack  # noqa: E402
+import lengen.training.group_step as group_step_module  # noqa: E402
+from lengen.formats import format_table  # noqa: E402
+from lengen.models import ModelConfig  # noqa: E402
+from lengen.training.config import TrainConfig  # noqa: E402
+from lengen.training.setup import build_run  # noqa: E402
+from lengen.training.stack import ModelStack  # noqa: E402
+
+
+def _bytes(t: torch.Tensor) -> int:
+    """What reading `t` costs: its elements, or its storage where it is broadcast (expand)."""
+    return min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
+
+
+def _scores(t: torch.Tensor) -> bool:
+    return t.dim() >= 2 and t.shape[-1] == t.shape[-2] > 8
+
+
+class Traffic(TorchDispatchMode):
+    """Bytes read and written per operator; score-shaped outputs ([..., T, T], T > 8) apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.read, self.written, self.calls = collections.Counter(), collections.Counter(), collections.Counter()
+        self.scores = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = [a for a in tree_leaves((args, kwargs or {})) if isinstance(a, torch.Tensor)]
+        inputs = {a.untyped_storage()._cdata for a in flat}
+        # a view (declared, or _unsafe_view's kind) shares an input's storage: nothing moved
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+                if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in inputs]
+        if func.is_view or not outs:
+            return out
+        square = [o for o in outs if _scores(o)]
+        self.scores += sum(_bytes(o) for o in square)
+        name = str(func).removeprefix("aten.").removesuffix(".default")
+        self.read[name] += sum(_bytes(a) for a in flat if not _scores(a))
+        self.written[name] += sum(_bytes(o) for o in outs if not any(o is s for s in square))
+        self.calls[name] += 1
+        return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", type=int, default=64, help="group size N (traffic is per model)")
+    p.add_argument("--encoding", default="rope")
+    p.add_argument("--task", default="reverse_string")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--train-length", type=int, default=40)
+    p.add_argument("--layers", type=int, default=5)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--bandwidth", type=float, default=3.35, help="device memory bandwidth, TB/s (H100 SXM: 3.35)")
+    p.add_argument("--buckets", default="auto", help="auto (train_group's default on CUDA: length buckets that pay "
+                   "for their launches) or a number (at most that many)")
+    p.add_argument("--steps", type=int, default=3, help="steps counted (each draws other lengths)")
+    p.add_argument("--top", type=int, default=12, help="operators listed")
+    args = p.parse_args(argv)
+    # what CUDA runs: one SDPA call for the stack, step lengths a multiple of 8
+    model_stack.sdpa_batches_models = lambda device: True
+    group_step_module.stack_length_multiple = lambda device: 8
+    model = ModelConfig(num_layers=args.layers, num_heads=args.heads, d_model=args.d_model,
+                        d_ff=4 * args.d_model, dropout=0.0, pe=args.encoding)
+    cfgs = [TrainConfig(task=args.task, model=model, batch_size=args.batch_size, train_length=args.train_length,
+                        max_length=args.train_length, seed=i) for i in range(args.models)]
+    parts = [build_run(c) for c in cfgs]
+    device = torch.device("meta")
+    stack = ModelStack([part.model for part in parts], cfgs, [torch.Generator().manual_seed(c.seed) for c in cfgs],
+                       device)
+    stack.train(True)
+    rngs = [np.random.default_rng(c.seed) for c in cfgs]
+    gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+    if args.buckets == "auto":
+        max_buckets, overhead = args.models, group_step_module.bucket_overhead(cfgs[0], "cuda")
+    else:
+        max_buckets, overhead = int(args.buckets), 0.0
+    traffic = Traffic()
+    try:
+        with traffic:
+            for _ in range(args.steps):
+                group_step_module.group_step(stack, parts, cfgs, rngs, gens, device, max_buckets, overhead)
+    except RuntimeError as e:  # an encoding that builds a tensor on the CPU mid-step
+        print(f"step_traffic.py: {args.encoding} does not run on the meta device: {str(e).splitlines()[0]}",
+              file=sys.stderr)
+        return 2
+    n = args.models * args.steps  # per model-step
+    total = sum(traffic.read.values()) + sum(traffic.written.values())
+    rows = [[name, str(traffic.calls[name]), f"{traffic.read[name] / n / 1e6:.1f}",
+             f"{traffic.written[name] / n / 1e6:.1f}"]
+            for name in sorted(traffic.calls, key=lambda k: -(traffic.read[k] + traffic.written[k]))[:args.top]]
+    ceiling = args.bandwidth * 1e12 / (total / n)
+    # one line above the table (what docs/ shows of this output): the setting and the totals
+    print(f"{args.task}, {args.encoding}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
+          f"U{{1..{args.train_length}}}, a group of {args.models}, buckets {args.buckets}, {args.steps} steps, "
+          f"torch {torch.__version__}: {total / n / 1e9:.2f} GB per model-step outside the attention scores "
+          f"({sum(traffic.read.values()) / n / 1e9:.2f} read, {sum(traffic.written.values()) / n / 1e9:.2f} "
+          f"written), so at {args.bandwidth} TB/s at most {ceiling:,.0f} model-steps/s; the scores, which the "
+          f"meta device's math SDPA writes and CUDA's fused kernels do not: {traffic.scores / n / 1e9:.2f} GB "
+          f"written (not counted)")
+    print(format_table(["operator", "calls", "MB read / model-step", "MB written / model-step"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""benchmarks/step_traffic.py's byte counter (the roofline in docs/performance.md) against bytes
+worked out by hand for a few operators on the meta device."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from step_traffic import Traffic  # noqa: E402
+
+F32 = 4
+
+
+def test_bytes_read_and_written_per_operator_by_hand():
+    x = torch.empty(1000, 64, device="meta")
+    w = torch.empty(64, 256, device="meta")
+    b = torch.empty(256, device="meta")
+    scores = torch.empty(2, 50, 50, device="meta")
+    t = Traffic()
+    with t:
+        y = x @ w                      # reads x and w, writes y
+        y.view(-1)                     # a view: nothing moves
+        torch.ops.aten._unsafe_view(y, (-1,))  # shares y's storage: nothing moves
+        torch.relu(y)
+        y + b.expand(1000, 256)        # the broadcast bias is read at its own size
+        y.t().reshape(-1)              # a transposed reshape copies
+        scores.softmax(-1)             # [.., T, T]: attention scores, kept apart
+    assert t.read == {"mm": (1000 * 64 + 64 * 256) * F32, "relu": 1000 * 256 * F32,
+                      "add.Tensor": (1000 * 256 + 256) * F32, "clone": 1000 * 256 * F32, "_softmax": 0}
+    assert t.written == {"mm": 1000 * 256 * F32, "relu": 1000 * 256 * F32, "add.Tensor": 1000 * 256 * F32,
+                         "clone": 1000 * 256 * F32, "_softmax": 0}
+    assert t.scores == 2 * 50 * 50 * F32
