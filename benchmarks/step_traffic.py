@@ -12,10 +12,11 @@ the fused kernels' own reads of q, k, v are approximated by the math path's).
     python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
     python benchmarks/step_traffic.py --bandwidth 3.35      # H100 SXM HBM3, TB/s
 
-What it shows (2026-11-28, docs/performance.md): the eager step of a group of 512 moves ~1.7 GB
-per model-step outside the scores, so at an H100's 3.35 TB/s at most ~2,000 model-steps/s; 580
-were measured on an H100 that day, and 5,000 needs the traffic cut ~2.5x (0.67 GB per
-model-step): fusion, bf16 activations, fewer copies, not faster matrix products.
+What it shows (2026-11-28, docs/performance.md): the eager step of a group of 512 moved ~1.7 GB
+per model-step outside the scores (1.55 GB once RoPE's rotation got its vmap rule), so at an
+H100's 3.35 TB/s at most ~2,000 (~2,170) model-steps/s; 580 were measured on an H100 that day,
+and 5,000 allows 0.67 GB per model-step: fusion, bf16 activations, fewer copies, not faster
+matrix products.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def _bytes(t: torch.Tensor) -> int:
     return min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
 
 
+#: operators that allocate without writing (what fills the memory later is counted)
+ALLOCATE_ONLY = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                 "aten::new_empty_strided"}
+
+
 def _scores(t: torch.Tensor) -> bool:
     return t.dim() >= 2 and t.shape[-1] == t.shape[-2] > 8
 
@@ -60,17 +66,30 @@ class Traffic(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        flat = [a for a in tree_leaves((args, kwargs or {})) if isinstance(a, torch.Tensor)]
-        inputs = {a.untyped_storage()._cdata for a in flat}
-        # a view (declared, or _unsafe_view's kind) shares an input's storage: nothing moved
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
-                if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in inputs]
-        if func.is_view or not outs:
+        if func.is_view or func._schema.name in ALLOCATE_ONLY:
             return out
+        kwargs = kwargs or {}
+        flat = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        # an in-place or out= operator writes into the arguments its schema marks written (a!):
+        # an out= destination (keyword-only) is only written, an in-place `self` read and written
+        mutated = [arg for arg in func._schema.arguments if arg.alias_info is not None and arg.alias_info.is_write]
+        if mutated:
+            named = dict(zip((arg.name for arg in func._schema.arguments), args)) | kwargs
+            outs = [named[arg.name] for arg in mutated if isinstance(named.get(arg.name), torch.Tensor)]
+            write_only = {id(named[arg.name]) for arg in mutated if arg.kwarg_only and arg.name in named}
+            reads = [a for a in flat if id(a) not in write_only]
+        else:
+            # an operator whose output shares an input's storage (_unsafe_view's kind) moves nothing
+            inputs = {a.untyped_storage()._cdata for a in flat}
+            outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+                    if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in inputs]
+            if not outs:
+                return out
+            reads = flat
         square = [o for o in outs if _scores(o)]
         self.scores += sum(_bytes(o) for o in square)
         name = str(func).removeprefix("aten.").removesuffix(".default")
-        self.read[name] += sum(_bytes(a) for a in flat if not _scores(a))
+        self.read[name] += sum(_bytes(a) for a in reads if not _scores(a))
         self.written[name] += sum(_bytes(o) for o in outs if not any(o is s for s in square))
         self.calls[name] += 1
         return out

@@ -55,6 +55,42 @@ def test_rotate_pair_values_and_gradients_match_rotation_matrices(per_sample):
     assert dqkv[:, :, 2].abs().max() == 0   # v's slice untouched
 
 
+@pytest.mark.parametrize("tables_per_model", [False, True])
+def test_rotate_pair_under_vmap_matches_rotation_matrices_per_model(tables_per_model, monkeypatch):
+    """A group of models (torch.func.vmap over the model axis): the Function's own vmap rule
+    rotates the stack, values and gradients equal to each model's rotation matrices, with the
+    tables shared by the models (positions of one batch) or each model's own (in_dims 0)."""
+    calls = []
+    real_vmap = _RotatePair.vmap
+    monkeypatch.setattr(_RotatePair, "vmap", staticmethod(lambda *a: calls.append(1) or real_vmap(*a)))
+    torch.manual_seed(3)
+    N, B, H, T, d = 3, 2, 2, 5, 8
+    inv = default_inv_freq(d)
+    pos = torch.tensor([[0.0, 1.0, 2.0, 5.0, 9.0]]).expand(N, 1, T).clone()
+    if tables_per_model:
+        pos[1] += 4.0
+        pos[2] *= 3.0
+    q = torch.randn(N, B, H, T, d, requires_grad=True)
+    k = torch.randn(N, B, H, T, d, requires_grad=True)
+
+    def one(qi, ki, pi):
+        cos, sin = rope_cos_sin(pi, inv)
+        return rotate_pair(qi, ki, cos, sin, cos, sin)
+
+    in_dims = (0, 0, 0 if tables_per_model else None)
+    out_q, out_k = torch.func.vmap(one, in_dims=in_dims)(q, k, pos if tables_per_model else pos[0])
+    assert calls, "the vmap rule did not run"
+    gq, gk = torch.randn_like(out_q), torch.randn_like(out_k)
+    dq, dk = torch.autograd.grad([out_q, out_k], [q, k], [gq, gk])
+    for i in range(N):
+        R = rotation_matrices(pos[i].expand(B, T), d)[:, None]   # [B, 1, T, d, d]
+        rq, rk = (t[i].detach().double().requires_grad_() for t in (q, k))
+        ref_q, ref_k = (R @ rq[..., None])[..., 0], (R @ rk[..., None])[..., 0]
+        ref_dq, ref_dk = torch.autograd.grad([ref_q, ref_k], [rq, rk], [gq[i].double(), gk[i].double()])
+        for got, ref in ((out_q[i], ref_q), (out_k[i], ref_k), (dq[i], ref_dq), (dk[i], ref_dk)):
+            assert torch.allclose(got.double(), ref, atol=1e-5)
+
+
 def test_rotate_pair_gradcheck_float64():
     torch.manual_seed(1)
     q = torch.randn(2, 2, 4, 6, dtype=torch.float64, requires_grad=True)

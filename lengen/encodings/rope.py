@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from lengen.encodings.base import PositionalEncoding, under_vmap
+from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
 
 
@@ -77,7 +77,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class _RotatePair(torch.autograd.Function):
     """apply_rotary on q and k with a hand-written backward (the rotation by -angle), in four
     elementwise passes per tensor each way instead of autograd's chunk/neg/cat/mul/add graph:
-    the training hot path of RoPE models, where these tensors are small and overhead dominates."""
+    the training hot path of RoPE models, where these tensors are small and overhead dominates.
+    Under vmap (a group of models) its rule rotates the whole stack at once with the same
+    Function: the plain-op graph moved ~3x the bytes (benchmarks/step_traffic.py)."""
 
     @staticmethod
     def _rotate(x, c, s, sign):
@@ -94,9 +96,12 @@ class _RotatePair(torch.autograd.Function):
         return out
 
     @staticmethod
-    def forward(ctx, q, k, cq, sq, ck, sk):
-        ctx.save_for_backward(cq, sq, ck, sk)
+    def forward(q, k, cq, sq, ck, sk):
         return _RotatePair._rotate(q, cq, sq, 1.0), _RotatePair._rotate(k, ck, sk, 1.0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[2:])
 
     @staticmethod
     def backward(ctx, gq, gk):
@@ -104,14 +109,31 @@ class _RotatePair(torch.autograd.Function):
         return (_RotatePair._rotate(gq, cq, sq, -1.0), _RotatePair._rotate(gk, ck, sk, -1.0),
                 None, None, None, None)
 
+    @staticmethod
+    def vmap(info, in_dims, q, k, cq, sq, ck, sk):
+        """The stack's physical tensors, the model axis first: q, k [N, B, H, T, d]; a table
+        [N, ...] where it differs per model, else as it is (it broadcasts over the model axis)."""
+        n = info.batch_size
+
+        def stacked(t, dim):
+            return t.unsqueeze(0).expand(n, *t.shape) if dim is None else t.movedim(dim, 0)
+
+        def table(t, dim):  # logical [..., T, d/2] (at most 4 dims): [N, 1.., T, d/2] against q's 5
+            if dim is None:
+                return t
+            t = t.movedim(dim, 0)
+            return t.reshape(n, *(1,) * (5 - t.dim()), *t.shape[1:])
+
+        tables = [table(t, d) for t, d in zip((cq, sq, ck, sk), in_dims[2:])]
+        return _RotatePair.apply(stacked(q, in_dims[0]), stacked(k, in_dims[1]), *tables), (0, 0)
+
 
 def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):
     """(apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)) for float32 q, k rotated over
-    their whole head dim, with the cheaper hand-written backward; apply_rotary otherwise (and under
-    vmap, which the hand-written Function does not support)."""
+    their whole head dim, with the cheaper hand-written backward, also under vmap; apply_rotary
+    otherwise."""
     d = cos_q.shape[-1]
-    if (q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]
-            or under_vmap(q, k)):  # under torch.func.vmap (a group of models)
+    if q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]:
         return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
     h = d // 2  # the tables repeat their first half: cos(p w_i) for channel i and i + d/2
     return rotate_pair_halves(q, k, cos_q[..., :h], sin_q[..., :h], cos_k[..., :h], sin_k[..., :h])
