@@ -58,12 +58,12 @@ once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30-60 s on
     # where a group's step goes (2026-11-28: 580 model-steps/s at N = 512, ~4 TFLOP/s)
     step many_profile 70 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 512 --buckets auto --steps 5 --warmup 2 --solo-models 1 --profile 30
-    # the first process compiles every method's passes (>80 s on 2026-11-28); the next one reads
-    # inductor's disk cache
+    # the first process compiles every method's passes (three took >80 s on 2026-11-28; two here);
+    # the next one reads inductor's disk cache
     step attention_prefill_16384 130 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512;dca"
+        --lengths 16384 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512"
     step attention_prefill_131072 60 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 131072 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512;dca"
+        --lengths 131072 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512"
     step hf_forward 80 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
         --lengths 16384,65536 --repeats 2 --methods "yarn:factor=8;rerope:window=2048"
     ;;
