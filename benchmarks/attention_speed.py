@@ -18,7 +18,8 @@ sinks, dca, string): `flex` = the two FlexAttention passes of lengen.kernels.fle
 --flex off only blockwise, --flex only the flex path alone. The flex path is timed twice: `flex`
 with the block masks cached (what a model's second and later layers pay: its layers share one pair
 of masks per method and positions), `flex+masks` building them at every call (what its first layer
-pays; create_block_mask evaluates the predicates on every pair of positions). A GPU session measures everything with
+pays; create_block_mask evaluates the predicates on every pair of positions). A GPU session
+measures everything with
     python benchmarks/attention_speed.py --device cuda --dtype bfloat16 --lengths 16384,65536,131072
 
 Time: per length, rounds of (baseline, every method) interleaved so a noisy neighbour slows all

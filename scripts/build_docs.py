@@ -14,10 +14,11 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
-(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `bench PATH` the
-table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME` rebuilds one study's or run's blocks. A doc claim
-that compares two variants cites the block it rests on. tests/test_docs_data.py runs --check, and
-checks that changing a committed score or a number in a block makes it fail.
+(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `bench PATH`
+the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
+rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
+rests on. tests/test_docs_data.py runs --check, and checks that changing a committed score or a
+number in a block makes it fail.
 """
 
 from __future__ import annotations

@@ -197,7 +197,8 @@ def test_block_masks_are_cached_per_method_and_positions(force_flex, monkeypatch
     flex_remap.set_mode("off")
     torch.testing.assert_close(moved, methods[0].attend(q, k, v, pos, pos), atol=1e-5, rtol=1e-5)
     flex_remap.set_mode("force")
-    many = [build_method(f"rerope:window={w}", ROPE) for w in range(100, 100 + 10 * (flex_remap.MASK_CACHE_SIZE + 1), 10)]
+    windows = range(100, 100 + 10 * (flex_remap.MASK_CACHE_SIZE + 1), 10)
+    many = [build_method(f"rerope:window={w}", ROPE) for w in windows]
     for m in many + many[:1]:
         m.attend(q, k, v, other, other)
     assert len(built) == 4 + len(many) + 1  # the first was pushed out by the others

@@ -79,7 +79,7 @@ class _RotatePair(torch.autograd.Function):
     elementwise passes per tensor each way instead of autograd's chunk/neg/cat/mul/add graph:
     the training hot path of RoPE models, where these tensors are small and overhead dominates.
     Under vmap (a group of models) its rule rotates the whole stack at once with the same
-    Function: the plain-op graph moved ~3x the bytes (benchmarks/step_traffic.py)."""
+    Function: the plain-op graph moved ~2x the bytes (benchmarks/step_traffic.py)."""
 
     @staticmethod
     def _rotate(x, c, s, sign):
