@@ -44,7 +44,7 @@ import math
 import torch
 from torch import nn
 
-from lengen.encodings.base import PositionalEncoding, under_vmap
+from lengen.encodings.base import PositionalEncoding
 from lengen.encodings.rope import apply_rotary, default_inv_freq, rotate_pair_halves
 from lengen.errors import LengenError
 
@@ -133,9 +133,8 @@ class FopeEncoding(PositionalEncoding):
     def transform_qk(self, layer, state, q, k):
         cq, sq = self._tables(state[0], state[1], layer)
         ck, sk = (cq, sq) if state[2] is state[0] else self._tables(state[2], state[3], layer)
-        if (self.learnable or q.dtype != torch.float32 or k.dtype != torch.float32
-                or under_vmap(q, k, cq)):
-            # autograd's path: gradients for A (learnable), other dtypes, and under vmap (a stack of models)
+        if self.learnable or q.dtype != torch.float32 or k.dtype != torch.float32:
+            # autograd's path: gradients for A (learnable), other dtypes
             def rotate(x, c, s):
                 return apply_rotary(x, torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1))
 
