@@ -105,11 +105,12 @@ def time_group(args, pe, n, device, buckets: str):
     seconds = time.perf_counter() - start
     # the host's share: the same steps' draws, bucket plan and padding alone (no model), whose
     # rate caps the group's wherever the device waits on the host
-    start, flops = time.perf_counter(), 0.0
+    start, shapes = time.perf_counter(), []
     for _ in range(args.steps):
         for _members, _lengths, padded in step_buckets(parts, cfgs, rngs, gens, "cpu", max_buckets, overhead):
-            flops += padded_flops(cfgs[0], *padded[0].shape)
+            shapes.append(padded[0].shape)
     host = time.perf_counter() - start
+    flops = sum(padded_flops(cfgs[0], *shape) for shape in shapes)
     if args.profile:
         profile_steps(args, lambda: group_step(stack, parts, cfgs, rngs, gens, device, max_buckets, overhead),
                       device, f"{pe}, N = {n}, buckets {buckets}")
