@@ -307,3 +307,29 @@ def test_help_says_which_protocols_use_each_option(capsys, command):
                {"--corpus": "ppl and last-segment only"})}
     for flag, says in only.items():
         assert re.search(re.escape(flag) + r" [A-Z_]+ " + re.escape(says), text), flag
+
+
+def test_attn_banded_loads_lengen_banded_and_scores_as_sdpa(model_dir, tmp_path, monkeypatch):
+    """--attn banded loads with sdpa and switches to lengen.hf.banded (a Llama has no sliding
+    layers, so every row equals sdpa's; the band itself: tests/test_hf_banded.py)."""
+    from lengen.hf import evaluate
+
+    loaded = []
+    real_load = evaluate.load
+
+    def recording_load(settings, tokenizer=None):
+        model, tok = real_load(settings, tokenizer)
+        loaded.append(model.config._attn_implementation)
+        return model, tok
+
+    monkeypatch.setattr(evaluate, "load", recording_load)
+    rows = {}
+    for attn in ("sdpa", "banded"):
+        out = tmp_path / attn
+        assert main(["hf", "eval", str(model_dir / "model"), "--corpus", str(model_dir / "corpus"),
+                     "--methods", "rope", "rerope:window=16", "--lengths", "96", "--docs", "1",
+                     "--attn", attn, "--out", str(out), "--no-progress"]) == 0
+        rows[attn] = [float(r["ppl"]) for r in read_csv(out / "results.csv")]
+        assert json.loads((out / "results.json").read_text())["meta"]["attn"] == attn
+    assert loaded == ["sdpa", "lengen_banded"]
+    assert rows["banded"] == pytest.approx(rows["sdpa"], rel=1e-6)

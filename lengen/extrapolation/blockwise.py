@@ -58,6 +58,15 @@ def two_piece_attention(
     return _general(*args, pq, pk, fk, window, scale, block)
 
 
+def window_attention(q, k, v, window: int, scale: float, block: int = 256) -> torch.Tensor:
+    """Sliding-window causal attention: keys contiguous, queries the last Tq of them, query row r
+    (key index p0 + r, p0 = Tk - Tq) sees keys p0 + r - window < j <= p0 + r (Gemma's and
+    Mistral's "distance < window"). q [B,H,Tq,d]; k, v [B,H,Tk,d]. The band path of
+    `two_piece_attention` with no far keys: work O(Tq (window + block)), memory O(T d + block
+    (block + window)), no Tq x Tk matrix."""
+    return _banded(q, k, None, None, v, k.shape[-2] - q.shape[-2], int(window), scale, 0, block)
+
+
 # ---- banded path: contiguous positions ---------------------------------------------------------
 def _banded(q_near, k_near, q_far, k_far, v, p0, w, scale, n_far, block):
     """Query row r sits at key index p0 + r. Far keys j <= p0 + r - w (and j < n_far) are one
@@ -92,7 +101,10 @@ def _banded(q_near, k_near, q_far, k_far, v, p0, w, scale, n_far, block):
         k0, k1 = max(0, p0 + s - w + 1), p0 + e
         mask = _band_mask(masks, p0 + s - k0, e - s, k1 - k0, w, q_near.dtype, q_near.device)
         near = _fused_or_matmul(q_near[:, :, s:e], k_near[:, :, k0:k1], v[:, :, k0:k1], scale, mask)
-        out[:, :, s:e] = merge([near, (far_o[:, :, s:e], far_lse[:, :, s:e])], q_near.dtype)[0]
+        if n_far == 0:   # a plain sliding window: the band is every key a row sees
+            out[:, :, s:e] = near[0]
+        else:
+            out[:, :, s:e] = merge([near, (far_o[:, :, s:e], far_lse[:, :, s:e])], q_near.dtype)[0]
     return out
 
 

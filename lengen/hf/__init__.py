@@ -6,11 +6,13 @@ hybrid-layer families (Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE
     ...
     restore(model)                         # exactly the original model again
     tune(model_path="./llama", length=16384, text="books/", budget=30)   # choose a method's options
+    banded.use(model)   # before extend: sliding-window layers without a T x T mask (long inputs)
 
 See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
+from lengen.hf import banded
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES
 from lengen.hf.patch import extend, extension_of, restore
 from lengen.hf.tuning import TuneSettings, tune
 
-__all__ = ["extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["banded", "extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]

@@ -36,7 +36,7 @@ HYBRID_TYPES = {"gemma2", "gemma3_text", "smollm3", "llama4_text", "olmo2", "olm
 SUPPORTED_MODEL_TYPES = LLAMA_LAYOUT_TYPES | HYBRID_TYPES
 # Llama 4 rotates consecutive channel pairs (2i, 2i+1) as complex numbers; the others half-split
 INTERLEAVED_TYPES = {"llama4_text"}
-ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "lengen_banded")   # lengen.hf.banded.NAME
 LAYER_KINDS = ("rope", "sliding", "chunked", "nope")
 
 
@@ -92,7 +92,7 @@ class ModelParts:
     head_dim: int
     rope_base: float                # the base of the global (full-attention) RoPE layers
     max_positions: int              # config.max_position_embeddings
-    attn_implementation: str        # "eager" or "sdpa" (what the model was loaded with)
+    attn_implementation: str        # "eager", "sdpa" or "lengen_banded" (what the model uses)
     model_type: str = "llama"
     layout: str = "half"            # "half" (rotate_half) or "interleaved" (Llama 4)
     # methods the config itself asks for: name -> default options for that part of a spec
@@ -200,7 +200,7 @@ def inspect_model(model: nn.Module, require_attention: bool = True) -> ModelPart
     impl = getattr(config, "_attn_implementation", None) or "eager"
     if require_attention and impl not in ATTENTION_IMPLEMENTATIONS:
         raise LengenError(f"attn_implementation {impl!r} is not supported by this method: load the "
-                          f"model with attn_implementation='sdpa' or 'eager'")
+                          f"model with attn_implementation='sdpa' or 'eager' (or lengen.hf.banded.use)")
     if require_attention and hasattr(model, "_can_set_attn_implementation") \
             and not model._can_set_attn_implementation():
         raise LengenError(f"{type(model).__name__} does not dispatch attention through transformers' "

@@ -7,8 +7,8 @@ owning the layer (lengen.hf.patch) gives them to the method with their positions
 method (ReRoPE, Self-Extend, Lambda) computes the attention itself; otherwise the method rotates
 q and k and the model's own eager or sdpa function runs with the mask transformers built for it.
 
-Two names are registered, one per underlying implementation, each with the matching mask
-function, so a model loaded with either attn_implementation keeps its mask format.
+One name is registered per underlying implementation (eager, sdpa, lengen_banded), each with
+the matching mask function, so a model keeps its mask format.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ import torch
 
 from lengen.errors import LengenError
 
-NAMES = {"eager": "lengen_eager", "sdpa": "lengen_sdpa"}
+from lengen.hf import banded
+
+# the model's implementation -> the name the extension registers for it (same mask function)
+NAMES = {"eager": "lengen_eager", "sdpa": "lengen_sdpa", banded.NAME: "lengen_banded_extended"}
 
 # attention module -> the Extension driving it (see lengen.hf.patch)
 _OWNERS: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
@@ -51,6 +54,7 @@ def register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
+    banded.register()   # first: its mask function is one of the bases below
     for base, name in NAMES.items():
         AttentionInterface.register(name, lengen_attention)
         AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])

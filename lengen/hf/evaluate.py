@@ -25,6 +25,7 @@ from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import RopeSpec, build_method, is_plain
+from lengen.hf import banded
 from lengen.hf.arch import inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.progress import progress_bar
@@ -37,6 +38,8 @@ from lengen.protocols.ruler import check_tasks, ruler_table, task_means
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
 # passkey prompts) are not comparable: resuming them is refused
 PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
+# "banded": sdpa with sliding-window layers computed in bands (lengen.hf.banded; long inputs)
+ATTN_CHOICES = ("sdpa", "eager", "banded")
 METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy", "ruler": "accuracy"}
 RULER_COLUMNS = ("method", "task", "length", "accuracy", "correct", "trials", "mean_prompt_tokens", "note")
 
@@ -75,8 +78,8 @@ class EvalSettings:
             raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise LengenError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
-        if self.attn not in ("sdpa", "eager"):
-            raise LengenError(f"--attn must be sdpa or eager, got {self.attn!r}")
+        if self.attn not in ATTN_CHOICES:
+            raise LengenError(f"--attn must be one of {', '.join(ATTN_CHOICES)}, got {self.attn!r}")
         check_precision(self.precision)
         if self.precision == "bf16" and self.dtype == "float16":
             raise LengenError("--precision bf16 autocasts to bfloat16, which float16 weights cannot mix "
@@ -140,9 +143,12 @@ def load(settings: EvalSettings, tokenizer=None):
     try:
         model = AutoModelForCausalLM.from_pretrained(
             settings.model_path, dtype=getattr(torch, settings.dtype),
-            attn_implementation=settings.attn, **_load_kwargs(settings))
+            attn_implementation="sdpa" if settings.attn == "banded" else settings.attn,
+            **_load_kwargs(settings))
     except _LOAD_ERRORS as e:
         raise LengenError(f"cannot load a model from {settings.model_path}: {_reason(e)}") from None
+    if settings.attn == "banded":
+        banded.use(model)
     return model.eval(), tokenizer
 
 

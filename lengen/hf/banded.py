@@ -1,0 +1,123 @@
+"""attn_implementation "lengen_banded": the model's sdpa attention, with sliding-window layers
+computed band by band, so that no layer builds or reads a T x T matrix.
+
+transformers' sdpa gives a sliding-window layer (Gemma 2/3, OLMo 3, SmolLM3 / Qwen3-MoE with
+`use_sliding_window`) a materialized [B, 1, T, T] boolean mask once T exceeds the window, and the
+kernel then scores every pair: for Gemma 3 270M at 131,072 tokens that is a 17 GB mask and 15 of
+its 18 layers doing full T^2 work to keep 512 keys a row. Here the mask function answers such a
+layer with a `Band` marker instead (only when the mask is exactly the plain sliding causal window:
+no padding, no custom mask function), and the attention function computes the window with
+`lengen.extrapolation.blockwise.window_attention`: work and memory O(T x window). Everything else
+(global layers, padded batches, decoding against a cache) is transformers' own sdpa, unchanged.
+
+Use `use(model)` on a model loaded with attn_implementation="sdpa" (before lengen.hf.extend: an
+extended model keeps the banded layers); `restore()` of an extension returns to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lengen.errors import LengenError
+from lengen.extrapolation.base import repeat_kv
+from lengen.extrapolation.blockwise import window_attention
+
+NAME = "lengen_banded"
+
+
+@dataclass(frozen=True)
+class Band:
+    """What the mask function hands a sliding-window layer instead of a [B, 1, T, T] mask: keys
+    contiguous, the queries the last of them, each query seeing the `window` keys up to itself.
+    Not a tensor on purpose: code that would index a mask fails loudly instead of misreading it."""
+
+    window: int
+
+
+def _probe_is_sliding(mask_function, window: int, device) -> bool:
+    """Whether `mask_function` is exactly the sliding causal window (kv > q - window and kv <= q)
+    on rows around the window's edges (q = window - 1 .. 2 window + 1), against every key of 0..2
+    window + 2: a chunked mask (Llama 4, same `local_size` argument) differs at q = window."""
+    q = torch.tensor([0, window - 1, window, window + 1, 2 * window, 2 * window + 1], device=device)
+    kv = torch.arange(2 * window + 3, device=device)
+    zero = torch.zeros((), dtype=torch.long, device=device)
+    got = mask_function(zero, zero, q[:, None], kv[None, :])
+    want = (kv[None, :] <= q[:, None]) & (kv[None, :] > q[:, None] - window)
+    return torch.is_tensor(got) and got.shape == want.shape and bool((got == want).all())
+
+
+def banded_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
+                attention_mask=None, local_size=None, allow_is_causal_skip=True, use_vmap=False,
+                **kwargs):
+    """transformers' sdpa mask, except a `Band` for a plain sliding-window layer longer than its
+    window (AttentionMaskInterface signature)."""
+    from transformers.masking_utils import (causal_mask_function, prepare_padding_mask,  # optional
+                                            sdpa_mask)
+
+    mask_function = mask_function or causal_mask_function
+    if local_size is not None and kv_length > local_size and allow_is_causal_skip and not use_vmap \
+            and q_offset + q_length == kv_offset + kv_length:
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        device = kwargs.get("device", "cpu")
+        if (padding is None or bool(padding.all())) \
+                and _probe_is_sliding(mask_function, int(local_size), device):
+            return Band(int(local_size))
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                     q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,
+                     attention_mask=attention_mask, local_size=local_size,
+                     allow_is_causal_skip=allow_is_causal_skip, use_vmap=use_vmap, **kwargs)
+
+
+def banded_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                     **kwargs):
+    """transformers' sdpa attention, except a `Band` mask: the window computed in bands
+    (AttentionInterface signature: query [B,H,Tq,d], key/value [B,Hkv,Tk,d] -> [B,Tq,H,d])."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward   # optional
+
+    if not isinstance(attention_mask, Band):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    if dropout:
+        raise LengenError("lengen_banded attention is for inference: dropout must be 0 (call "
+                          "model.eval())")
+    if kwargs.get("softcap") is not None:
+        raise LengenError("lengen_banded attention has no logit soft-capping (Gemma 2): load the "
+                          "model with attn_implementation='eager'")
+    window = kwargs.get("sliding_window")
+    if window is not None and int(window) != attention_mask.window:
+        raise LengenError(f"layer {getattr(module, 'layer_idx', '?')}: its sliding window "
+                          f"({window}) differs from its mask's ({attention_mask.window})")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    heads = query.shape[1]
+    out = window_attention(query, repeat_kv(key, heads), repeat_kv(value, heads),
+                           attention_mask.window, scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Register "lengen_banded" with transformers' attention and mask interfaces (idempotent)."""
+    from transformers import AttentionInterface   # optional (lengen[hf]): imported on use
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, banded_attention)
+    AttentionMaskInterface.register(NAME, banded_mask)
+
+
+def use(model) -> None:
+    """Switch a model loaded with attn_implementation="sdpa" to "lengen_banded", in place."""
+    from lengen.hf.patch import extension_of   # patch imports this module's NAME
+
+    if extension_of(model) is not None:
+        raise LengenError("call lengen.hf.banded.use(model) before lengen.hf.extend(model)")
+    current = getattr(model.config, "_attn_implementation", None)
+    if current == NAME:
+        return
+    if current != "sdpa":
+        raise LengenError(f"lengen_banded replaces sdpa attention; the model uses {current!r}: "
+                          "load it with attn_implementation='sdpa'")
+    register()
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        raise LengenError(f"{type(model).__name__} refused attn_implementation {NAME!r}")

@@ -1,0 +1,155 @@
+"""lengen.hf.banded: sliding-window layers computed band by band (no T x T mask), checked against a
+naive masked softmax kept here and against the same model on transformers' own sdpa."""
+
+import pytest
+import torch
+
+from lengen.extrapolation import blockwise
+from lengen.kernels import lse_attention
+
+transformers = pytest.importorskip("transformers")
+
+from hf_families import WINDOW, tiny_family  # noqa: E402
+from test_hf_extend import check_generate_equals_full_forwards, logits, tokens  # noqa: E402
+
+from lengen.errors import LengenError  # noqa: E402
+from lengen.hf import banded, extend, restore  # noqa: E402
+from lengen.hf.patch import route_of  # noqa: E402
+
+
+def naive_window(q, k, v, window, scale):
+    """Query row r is key index Tk - Tq + r and sees keys j with idx - window < j <= idx."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    idx = torch.arange(tq)[:, None] + (tk - tq)
+    j = torch.arange(tk)[None, :]
+    allowed = (j <= idx) & (j > idx - window)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    s = s.masked_fill(~allowed, float("-inf"))
+    return (s.softmax(-1) @ v.double()).to(q.dtype)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("tq,tk,window,block", [
+    (100, 100, 7, 16),     # prefill, block not a multiple of the window, last block short
+    (100, 100, 40, 32),    # window larger than a block
+    (1, 50, 8, 16),        # decoding one token against a cache
+    (13, 60, 9, 4),        # a chunk of queries after cached keys
+    (30, 30, 64, 16),      # window beyond the sequence: plain causal
+])
+def test_window_attention_matches_a_naive_masked_softmax(monkeypatch, fused, tq, tk, window, block):
+    monkeypatch.setattr(lse_attention, "USE_FUSED", fused)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, t, 16, generator=g) for t in (tq, tk, tk))
+    got = blockwise.window_attention(q, k, v, window, 0.3, block=block)
+    torch.testing.assert_close(got, naive_window(q, k, v, window, 0.3), atol=1e-5, rtol=0)
+
+
+# --- the attention implementation on models with sliding-window layers ----------------------------
+
+SLIDING = ["gemma3", "olmo3"]   # families with sliding layers that run on sdpa (Gemma 2: eager only)
+
+
+def banded_model(name, **extra):
+    model = tiny_family(name, "sdpa", **extra)
+    banded.use(model)
+    return model
+
+
+@pytest.fixture
+def mask_calls(monkeypatch):
+    """Every mask transformers' sdpa_mask builds for a sliding-window layer (local_size given)."""
+    import transformers.masking_utils as mu
+
+    built, real = [], mu.sdpa_mask
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if kwargs.get("local_size") is not None:
+            built.append(out)
+        return out
+
+    monkeypatch.setattr(mu, "sdpa_mask", recording)   # what banded_mask calls
+    monkeypatch.setitem(type(mu.ALL_MASK_ATTENTION_FUNCTIONS)._global_mapping, "sdpa", recording)
+    return built
+
+
+@pytest.mark.parametrize("name", SLIDING)
+def test_logits_equal_sdpa_and_no_sliding_mask_is_built(name, mask_calls):
+    """64 tokens, window 8: the banded model's logits equal transformers' sdpa on the same weights,
+    and no [B, 1, T, T] mask is built for the sliding layers (sdpa builds one)."""
+    ids = tokens()
+    reference = tiny_family(name, "sdpa")
+    expected = logits(reference, ids)
+    assert any(torch.is_tensor(m) and m.shape[-2:] == (64, 64) for m in mask_calls)
+    mask_calls.clear()
+    got = logits(banded_model(name), ids)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert mask_calls == []
+
+
+@pytest.mark.parametrize("spec", ["yarn:factor=4", "dynamic:factor=4", "rerope:window=8+logn"])
+@pytest.mark.parametrize("name", SLIDING)
+def test_extended_model_equals_the_sdpa_extension(name, spec):
+    """Each route of lengen.hf.extend on a banded model == on the sdpa model; restore() returns to
+    the banded implementation with the unmodified logits."""
+    ids = tokens()
+    reference = tiny_family(name, "sdpa")
+    extend(reference, spec)
+    model = banded_model(name)
+    base = logits(model, ids)
+    extend(model, spec)
+    torch.testing.assert_close(logits(model, ids), logits(reference, ids), atol=1e-5, rtol=0)
+    assert route_of(model) == route_of(reference)
+    restore(model)
+    assert model.config._attn_implementation == banded.NAME
+    assert torch.equal(logits(model, ids), base)
+
+
+@pytest.mark.parametrize("spec", [None, "rerope:window=8+logn"])
+def test_generate_with_kv_cache_equals_full_forwards(spec):
+    """Decoding against sliding cache layers (transformers' own masks there) == full forwards
+    (the band): 28 prompt + 8 new tokens cross the window and the trained length."""
+    model = banded_model("gemma3")
+    if spec:
+        extend(model, spec)
+    check_generate_equals_full_forwards(model, tokens(length=28), new_tokens=8)
+
+
+def test_padded_batch_falls_back_to_transformers_masks(mask_calls):
+    """A left-padded batch cannot be a band: sdpa's own mask is built and the logits equal sdpa's."""
+    ids = tokens(length=40)
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    expected = logits(tiny_family("gemma3", "sdpa"), ids, attention_mask=mask)
+    mask_calls.clear()
+    got = logits(banded_model("gemma3"), ids, attention_mask=mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert mask_calls and all(torch.is_tensor(m) for m in mask_calls)
+
+
+def test_band_marker_only_for_the_exact_sliding_window():
+    """The mask function hands out a Band only for the plain sliding causal window longer than the
+    window; a chunked mask with the same local_size (Llama 4), a short input and padding get
+    transformers' own mask."""
+    from transformers.masking_utils import chunked_causal_mask_function, sliding_window_causal_mask_function
+
+    common = dict(batch_size=1, q_length=20, kv_length=20, local_size=WINDOW)
+    sliding = sliding_window_causal_mask_function(WINDOW)
+    assert banded.banded_mask(mask_function=sliding, **common) == banded.Band(WINDOW)
+    chunks = chunked_causal_mask_function(WINDOW, torch.zeros(1, dtype=torch.long))
+    chunked = banded.banded_mask(mask_function=chunks, **common)
+    assert torch.is_tensor(chunked) and chunked.shape == (1, 1, 20, 20)
+    short = banded.banded_mask(mask_function=sliding, **{**common, "q_length": 6, "kv_length": 6})
+    assert short is None or torch.is_tensor(short)
+    padded = torch.ones(1, 20, dtype=torch.long)
+    padded[0, :3] = 0
+    assert torch.is_tensor(banded.banded_mask(mask_function=sliding, attention_mask=padded, **common))
+
+
+def test_use_refuses_what_it_cannot_band():
+    with pytest.raises(LengenError, match="sdpa"):
+        banded.use(tiny_family("gemma3", "eager"))
+    model = tiny_family("gemma3", "sdpa")
+    extend(model, "rerope:window=8")
+    with pytest.raises(LengenError, match="before lengen.hf.extend"):
+        banded.use(model)
