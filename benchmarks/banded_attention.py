@@ -2,6 +2,10 @@
 `lengen_banded` (sliding-window layers band by band, lengen.hf.banded), measured in the same run.
 
     python benchmarks/banded_attention.py --lengths 2048,4096,8192 --threads 1
+    python benchmarks/banded_attention.py --model DIR --gguf-file gemma-3-270m-q4_k_m.gguf --lengths 8192
+
+With --model, a real checkpoint (a local folder, as `lengen hf eval` loads it) instead, its decoder
+alone timed (the output layer over a 262k vocabulary is the same for both and not what changes).
 
 The model is random (nothing is downloaded): Gemma 3 270M's attention layout (hidden 640, 4 query
 heads and 1 key/value head of 256, sliding window 512, 5 sliding layers per global one) with
@@ -10,12 +14,14 @@ either implementation). One forward of batch 1 over T random tokens, `logits_to_
 inference_mode. Each (implementation, length) runs in a fresh process, so that its peak resident
 memory (ru_maxrss) is its own; `seconds` is the minimum over --repeats calls after a warm-up and
 `cpu_s` the process CPU time of that call (on a shared CPU, the fairer of the two at --threads 1).
-`max |dlogit|` compares the two implementations' last-position logits.
+`max abs dlogit` compares the two implementations' last-position logits (with --model: the decoder's
+last hidden state).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import multiprocessing as mp
 import resource
 import sys
@@ -39,20 +45,34 @@ def build_model(layers: int):
     return transformers.Gemma3ForCausalLM(config).eval()
 
 
-def measure(impl: str, length: int, layers: int, repeats: int, threads: int, queue) -> None:
-    torch.set_num_threads(threads)
+def load_model(impl: str, args):
+    """(forward: ids -> the last position's output, vocabulary size) with `impl` attention."""
     from lengen.hf import banded
 
-    model = build_model(layers)
+    if args.model:
+        from lengen.hf.evaluate import EvalSettings, load
+
+        model, _ = load(EvalSettings(model_path=args.model, gguf_file=args.gguf_file, methods=["rope"],
+                                     lengths=[2], attn=impl))
+        decoder = model.get_decoder()
+        return (lambda ids: decoder(input_ids=ids, use_cache=False).last_hidden_state[0, -1]), \
+            model.config.vocab_size
+    model = build_model(args.layers)
     model.set_attn_implementation("sdpa")
     if impl == "banded":
         banded.use(model)
-    ids = torch.randint(0, 1024, (1, length), generator=torch.Generator().manual_seed(1))
+    return (lambda ids: model(ids, logits_to_keep=1).logits[0, -1]), model.config.vocab_size
+
+
+def measure(impl: str, length: int, args, queue) -> None:
+    torch.set_num_threads(args.threads)
+    forward, vocab = load_model(impl, args)
+    ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(1))
     best, cpu, logits = float("inf"), 0.0, None
     with torch.inference_mode():
-        for i in range(repeats + 1):
+        for i in range(args.repeats + 1):
             t0, c0 = time.perf_counter(), time.process_time()
-            logits = model(ids, logits_to_keep=1).logits[0, -1]
+            logits = forward(ids)
             wall, used = time.perf_counter() - t0, time.process_time() - c0
             if i and wall < best:
                 best, cpu = wall, used
@@ -63,7 +83,7 @@ def measure(impl: str, length: int, layers: int, repeats: int, threads: int, que
 def run_cell(impl, length, args):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=measure, args=(impl, length, args.layers, args.repeats, args.threads, queue))
+    proc = ctx.Process(target=measure, args=(impl, length, args, queue))
     proc.start()
     result = queue.get()
     proc.join()
@@ -76,6 +96,8 @@ def main(argv=None) -> None:
     p.add_argument("--layers", type=int, default=6, help="decoder layers (default 6: 5 sliding, 1 global)")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per cell after a warm-up")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model", metavar="DIR", help="a local checkpoint folder instead of the random layout")
+    p.add_argument("--gguf-file", metavar="F", help="a GGUF file inside --model")
     args = p.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = []
@@ -87,9 +109,11 @@ def main(argv=None) -> None:
                      f"{sdpa[1]:.1f}", f"{band[1]:.1f}", f"{sdpa[2]:.0f}", f"{band[2]:.0f}", f"{diff:.1e}"])
         print(f"{length} tokens done", file=sys.stderr, flush=True)
     print(format_table(["tokens", "sdpa s", "banded s", "speed-up", "sdpa cpu_s", "banded cpu_s",
-                        "sdpa peak MB", "banded peak MB", "max |dlogit|"], rows))
-    print(f"torch {torch.__version__}, {args.layers} layers, {args.threads} thread(s), "
-          f"min of {args.repeats} calls")
+                        "sdpa peak MB", "banded peak MB", "max abs dlogit"], rows))
+    what = f"{args.gguf_file or args.model} (its decoder)" if args.model \
+        else f"random Gemma 3 layout, {args.layers} layers"
+    print(f"{what}; torch {torch.__version__}, {args.threads} thread(s), min of {args.repeats} calls "
+          f"after a warm-up; {datetime.date.today()}")
 
 
 if __name__ == "__main__":

@@ -204,7 +204,8 @@ class Blocks:
 
     def bench(self, path: str) -> str:
         """`bench PATH`: the table a benchmark script printed, from its raw output committed under
-        docs/data/ (PATH relative to it), with the line above the table that says what was run."""
+        docs/data/ (PATH relative to it), with the line that says what was run: the one above the
+        table, or where there is none, the one right below it."""
         file = (self.data / path).resolve()
         if self.data.resolve() not in file.parents:
             raise ValueError(f"bench block names a file under docs/data, got {path!r}")
@@ -216,6 +217,8 @@ class Blocks:
         while end < len(lines) and lines[end].startswith("|"):
             end += 1
         caption = lines[start - 1].lstrip("# ").strip() if start and lines[start - 1].strip() else ""
+        if not caption and end < len(lines):
+            caption = lines[end].lstrip("# ").strip()
         return (f"{caption}\n\n" if caption else "") + "\n".join(lines[start:end]) + "\n"
 
     def render(self, args: str) -> str:

@@ -212,6 +212,11 @@ def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
     raw.write_text(raw.read_text().replace("403.6", "430.6"))
     done = check(copy, copy / "data", only="benchmarks/tiny/many.txt")
     assert done.returncode == 1 and "stale: performance.md: bench benchmarks/tiny/many.txt" in done.stdout
+    # a script that prints its caption after the table
+    (raw.parent / "below.txt").write_text("| tokens | s |\n|---|---|\n| 8 | 1.0 |\nrandom layout\n")
+    add_block(copy / "performance.md", "bench benchmarks/tiny/below.txt",
+              "random layout\n\n| tokens | s |\n|---|---|\n| 8 | 1.0 |\n")
+    assert check(copy, copy / "data", only="benchmarks/tiny/below.txt").returncode == 0
     add_block(copy / "performance.md", "bench ../../etc/passwd")
     done = check(copy, copy / "data", only="../../etc/passwd")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr and "under docs/data" in done.stderr

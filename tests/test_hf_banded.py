@@ -1,6 +1,8 @@
 """lengen.hf.banded: sliding-window layers computed band by band (no T x T mask), checked against a
 naive masked softmax kept here and against the same model on transformers' own sdpa."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -133,13 +135,17 @@ def test_band_marker_only_for_the_exact_sliding_window():
     transformers' own mask."""
     from transformers.masking_utils import chunked_causal_mask_function, sliding_window_causal_mask_function
 
-    common = dict(batch_size=1, q_length=20, kv_length=20, local_size=WINDOW)
+    def queries(n):   # transformers >= 5.2x: q_length; earlier 5.x: the queries' cache_position
+        return {"cache_position": torch.arange(n)} if "cache_position" in sdpa_parameters else {"q_length": n}
+
+    sdpa_parameters = inspect.signature(transformers.masking_utils.sdpa_mask).parameters
+    common = dict(batch_size=1, kv_length=20, local_size=WINDOW, **queries(20))
     sliding = sliding_window_causal_mask_function(WINDOW)
     assert banded.banded_mask(mask_function=sliding, **common) == banded.Band(WINDOW)
     chunks = chunked_causal_mask_function(WINDOW, torch.zeros(1, dtype=torch.long))
     chunked = banded.banded_mask(mask_function=chunks, **common)
     assert torch.is_tensor(chunked) and chunked.shape == (1, 1, 20, 20)
-    short = banded.banded_mask(mask_function=sliding, **{**common, "q_length": 6, "kv_length": 6})
+    short = banded.banded_mask(mask_function=sliding, **{**common, "kv_length": 6, **queries(6)})
     assert short is None or torch.is_tensor(short)
     padded = torch.ones(1, 20, dtype=torch.long)
     padded[0, :3] = 0

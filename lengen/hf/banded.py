@@ -48,26 +48,36 @@ def _probe_is_sliding(mask_function, window: int, device) -> bool:
     return torch.is_tensor(got) and got.shape == want.shape and bool((got == want).all())
 
 
-def banded_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
-                attention_mask=None, local_size=None, allow_is_causal_skip=True, use_vmap=False,
-                **kwargs):
+def _query_span(kwargs) -> tuple[int, int, object]:
+    """(q_length, q_offset, device) of a mask call: transformers >= 5.2x passes q_length and
+    q_offset, earlier 5.x releases the queries' cache_position."""
+    positions = kwargs.get("cache_position")
+    if positions is None:
+        return int(kwargs["q_length"]), int(kwargs.get("q_offset", 0)), kwargs.get("device", "cpu")
+    q_length = positions.shape[0]
+    q_offset = int(positions[0])
+    if q_length and int(positions[-1]) - q_offset != q_length - 1:
+        return q_length, None, positions.device   # not contiguous: never a band
+    return q_length, q_offset, positions.device
+
+
+def banded_mask(**kwargs):
     """transformers' sdpa mask, except a `Band` for a plain sliding-window layer longer than its
-    window (AttentionMaskInterface signature)."""
+    window (the AttentionMaskInterface call, made with keyword arguments)."""
     from transformers.masking_utils import (causal_mask_function, prepare_padding_mask,  # optional
                                             sdpa_mask)
 
-    mask_function = mask_function or causal_mask_function
-    if local_size is not None and kv_length > local_size and allow_is_causal_skip and not use_vmap \
-            and q_offset + q_length == kv_offset + kv_length:
-        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-        device = kwargs.get("device", "cpu")
-        if (padding is None or bool(padding.all())) \
-                and _probe_is_sliding(mask_function, int(local_size), device):
-            return Band(int(local_size))
-    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                     q_offset=q_offset, kv_offset=kv_offset, mask_function=mask_function,
-                     attention_mask=attention_mask, local_size=local_size,
-                     allow_is_causal_skip=allow_is_causal_skip, use_vmap=use_vmap, **kwargs)
+    window, kv_length = kwargs.get("local_size"), int(kwargs["kv_length"])
+    kv_offset = int(kwargs.get("kv_offset", 0))
+    if window is not None and kv_length > window and kwargs.get("allow_is_causal_skip", True) \
+            and not kwargs.get("use_vmap", False):
+        q_length, q_offset, device = _query_span(kwargs)
+        padding = prepare_padding_mask(kwargs.get("attention_mask"), kv_length, kv_offset)
+        if q_offset is not None and q_offset + q_length == kv_offset + kv_length \
+                and (padding is None or bool(padding.all())) and _probe_is_sliding(
+                    kwargs.get("mask_function") or causal_mask_function, int(window), device):
+            return Band(int(window))
+    return sdpa_mask(**kwargs)
 
 
 def banded_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
