@@ -107,6 +107,20 @@ def test_extended_model_equals_the_sdpa_extension(name, spec):
     assert torch.equal(logits(model, ids), base)
 
 
+def test_rows_at_their_own_positions_get_the_band_row_by_row():
+    """Dynamic NTK with rows at different positions (no padding) runs row by row; with
+    train_length 4 < the window 8 the sliding layers take the method too, each row banded: equal
+    to the same extension on sdpa."""
+    ids = tokens()
+    positions = torch.stack([torch.arange(64), torch.arange(64) + 40])
+    reference = tiny_family("gemma3", "sdpa")
+    extend(reference, "dynamic:factor=4", train_length=4)
+    model = banded_model("gemma3")
+    extend(model, "dynamic:factor=4", train_length=4)
+    torch.testing.assert_close(logits(model, ids, position_ids=positions),
+                               logits(reference, ids, position_ids=positions), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("spec", [None, "rerope:window=8+logn"])
 def test_generate_with_kv_cache_equals_full_forwards(spec):
     """Decoding against sliding cache layers (transformers' own masks there) == full forwards

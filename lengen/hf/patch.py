@@ -129,8 +129,9 @@ def _half_split(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
 
 
-def _row(x: torch.Tensor | None, b: int):
-    return x if x is None or x.shape[0] == 1 else x[b:b + 1]
+def _row(x, b: int):
+    """Row b of a mask; None and lengen.hf.banded's Band (no batch axis) are every row's."""
+    return x if not torch.is_tensor(x) or x.shape[0] == 1 else x[b:b + 1]
 
 
 def _methods_by_table(method, options, parts, train_length, extended) -> tuple[dict, str]:
