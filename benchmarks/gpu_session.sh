@@ -54,7 +54,7 @@ many)
 once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30-60 s on 2026-11-27/28)
     # -v: the names as they finish (on 2026-11-28 the run hung after its last test, before the summary)
     step tests 100 $PY -m pytest -v -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
-        tests/test_group_training.py tests/test_kernels.py -k "cuda or flex or devices or multiple or folded or vmap"
+        tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py -k "cuda or flex or devices or multiple or folded or vmap"
     # where a group's step goes (2026-11-28: 580 model-steps/s at N = 512)
     step many_profile 70 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 512 --buckets auto --steps 5 --warmup 2 --solo-models 1 --profile 30

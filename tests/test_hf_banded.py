@@ -46,6 +46,14 @@ def test_window_attention_matches_a_naive_masked_softmax(monkeypatch, fused, tq,
     torch.testing.assert_close(got, naive_window(q, k, v, window, 0.3), atol=1e-5, rtol=0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_window_attention_on_cuda_matches_the_cpu_reference():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, t, 64, generator=g) for t in (300, 300, 300))
+    got = blockwise.window_attention(*(x.cuda() for x in (q, k, v)), 40, 0.125, block=64)
+    torch.testing.assert_close(got.cpu(), naive_window(q, k, v, 40, 0.125), atol=1e-4, rtol=0)
+
+
 # --- the attention implementation on models with sliding-window layers ----------------------------
 
 SLIDING = ["gemma3", "olmo3"]   # families with sliding layers that run on sdpa (Gemma 2: eager only)
