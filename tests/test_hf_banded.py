@@ -181,3 +181,14 @@ def test_use_refuses_what_it_cannot_band():
     extend(model, "rerope:window=8")
     with pytest.raises(LengenError, match="before lengen.hf.extend"):
         banded.use(model)
+
+
+def test_eval_suggests_banded_only_where_sdpa_would_build_large_sliding_masks():
+    from lengen.hf.evaluate import banded_hint
+
+    gemma = tiny_family("gemma3", "sdpa")
+    hint = banded_hint(gemma, "sdpa", 4 * WINDOW)
+    assert hint and "2 of 4 layers" in hint and "--attn banded" in hint
+    assert banded_hint(gemma, "sdpa", 4 * WINDOW - 1) is None       # short inputs: no matter
+    assert banded_hint(gemma, "banded", 1000) is None
+    assert banded_hint(tiny_family("olmo2", "sdpa"), "sdpa", 1000) is None   # no sliding layers

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -171,6 +172,25 @@ def nll_fn(model, chunk: int = 1024):
     return nll
 
 
+def banded_hint(model, attn: str, longest: int) -> str | None:
+    """A line suggesting --attn banded where sdpa would build T x T masks for sliding-window
+    layers at inputs well beyond their window (4x or more), else None."""
+    if attn != "sdpa" or not longest:
+        return None
+    try:
+        layers = inspect_model(model, require_attention=False).layers
+    except LengenError:
+        return None
+    windows = sorted({layer.window for layer in layers if layer.kind == "sliding" and layer.window})
+    sliding = sum(layer.kind == "sliding" for layer in layers)
+    if not windows or longest < 4 * windows[0]:
+        return None
+    return (f"note: {sliding} of {len(layers)} layers attend within a sliding window of "
+            f"{windows[0]:,} tokens; with --attn sdpa each builds a {longest:,} x {longest:,} mask "
+            f"and scores every pair. --attn banded computes them in bands (same results; "
+            f"docs/huggingface.md)")
+
+
 def greedy_fn(model, pad_token_id: int):
     device = next(model.parameters()).device
 
@@ -222,6 +242,9 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
+    hint = banded_hint(model, settings.attn, max(n for _, n in todo) if todo else 0)
+    if hint:
+        print(hint, file=sys.stderr)
     train_length = settings.train_length or int(model.config.max_position_embeddings)
     import transformers   # optional, imported on use; loaded by now, for its version
 
