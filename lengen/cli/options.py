@@ -110,5 +110,5 @@ def add_hf_loading_arguments(p, dtype_note: str = "") -> None:
                    help=f"the weights' storage type when loaded (default float32){dtype_note}")
     p.add_argument("--attn", choices=["sdpa", "eager", "banded"], default="sdpa",
                    help="the model's attention implementation (default sdpa); banded: sdpa with "
-                        "sliding-window layers (Gemma 2/3, OLMo 3) computed band by band, memory "
+                        "sliding-window layers (Gemma 3, OLMo 3) computed band by band, memory "
                         "linear in length instead of a T x T mask (lengen.hf.banded)")

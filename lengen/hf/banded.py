@@ -1,12 +1,13 @@
 """attn_implementation "lengen_banded": the model's sdpa attention, with sliding-window layers
 computed band by band, so that no layer builds or reads a T x T matrix.
 
-transformers' sdpa gives a sliding-window layer (Gemma 2/3, OLMo 3, SmolLM3 / Qwen3-MoE with
-`use_sliding_window`) a materialized [B, 1, T, T] boolean mask once T exceeds the window, and the
-kernel then scores every pair: for Gemma 3 270M at 131,072 tokens that is a 17 GB mask and 15 of
-its 18 layers doing full T^2 work to keep 512 keys a row. Here the mask function answers such a
-layer with a `Band` marker instead (only when the mask is exactly the plain sliding causal window:
-no padding, no custom mask function), and the attention function computes the window with
+transformers' sdpa gives a sliding-window layer (Gemma 3, OLMo 3, SmolLM3 / Qwen3-MoE with
+`use_sliding_window`; Gemma 2 soft-caps and runs eager, which this does not replace) a
+materialized [B, 1, T, T] boolean mask once T exceeds the window, and the kernel then scores every
+pair: for Gemma 3 270M at 131,072 tokens that is a 17 GB mask and 15 of its 18 layers doing full
+T^2 work to keep 512 keys a row. Here the mask function answers such a layer with a `Band` marker
+instead (only when the mask is exactly the plain sliding causal window: no padding, no custom mask
+function), and the attention function computes the window with
 `lengen.extrapolation.blockwise.window_attention`: work and memory O(T x window). Everything else
 (global layers, padded batches, decoding against a cache) is transformers' own sdpa, unchanged.
 
@@ -117,7 +118,7 @@ def register() -> None:
 
 def use(model) -> None:
     """Switch a model loaded with attn_implementation="sdpa" to "lengen_banded", in place."""
-    from lengen.hf.patch import extension_of   # patch imports this module's NAME
+    from lengen.hf.patch import extension_of   # patch -> attention imports this module
 
     if extension_of(model) is not None:
         raise LengenError("call lengen.hf.banded.use(model) before lengen.hf.extend(model)")

@@ -186,9 +186,9 @@ def banded_hint(model, attn: str, longest: int) -> str | None:
     if not windows or longest < 4 * windows[0]:
         return None
     return (f"note: {sliding} of {len(layers)} layers attend within a sliding window of "
-            f"{windows[0]:,} tokens; with --attn sdpa each builds a {longest:,} x {longest:,} mask "
-            f"and scores every pair. --attn banded computes them in bands (same results; "
-            f"docs/huggingface.md)")
+            f"{windows[0]:,} tokens; with --attn sdpa they get a {longest:,} x {longest:,} mask "
+            f"and each scores every pair. --attn banded computes them in bands (equal up to "
+            f"rounding; docs/huggingface.md)")
 
 
 def greedy_fn(model, pad_token_id: int):
