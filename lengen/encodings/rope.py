@@ -17,6 +17,7 @@ import torch
 
 from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
+from lengen.kernels.model_stack import as_stack
 
 
 def default_inv_freq(dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -111,21 +112,11 @@ class _RotatePair(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, q, k, cq, sq, ck, sk):
-        """The stack's physical tensors, the model axis first: q, k [N, B, H, T, d]; a table
-        [N, ...] where it differs per model, else as it is (it broadcasts over the model axis)."""
+        """The stack's physical tensors, the model axis first (as_stack; a table shared by the
+        models is expanded, a view): q, k [N, B, H, T, d], a table [N, 1.., T, d/2]."""
         n = info.batch_size
-
-        def stacked(t, dim):
-            return t.unsqueeze(0).expand(n, *t.shape) if dim is None else t.movedim(dim, 0)
-
-        def table(t, dim):  # logical [..., T, d/2] (at most 4 dims): [N, 1.., T, d/2] against q's 5
-            if dim is None:
-                return t
-            t = t.movedim(dim, 0)
-            return t.reshape(n, *(1,) * (5 - t.dim()), *t.shape[1:])
-
-        tables = [table(t, d) for t, d in zip((cq, sq, ck, sk), in_dims[2:])]
-        return _RotatePair.apply(stacked(q, in_dims[0]), stacked(k, in_dims[1]), *tables), (0, 0)
+        q, k, cq, sq, ck, sk = (as_stack(t, d, n) for t, d in zip((q, k, cq, sq, ck, sk), in_dims))
+        return _RotatePair.apply(q, k, cq, sq, ck, sk), (0, 0)
 
 
 def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):

@@ -78,7 +78,7 @@ def stacked_attention(q, k, v, bias=None, causal=False, scale=None):
     return _PerModelAttention.apply(q, k, v, bias, bool(causal), float(scale))
 
 
-def _as_stack(t, dim, n, ndim=4):
+def as_stack(t, dim, n, ndim=4):
     """The physical tensor of a vmapped argument as [N, *logical], the logical part padded with
     leading 1s to `ndim` dims (a bias may be given as [Tk] or [1, 1, 1, Tk])."""
     t = t.unsqueeze(0).expand(n, *t.shape) if dim is None else t.movedim(dim, 0)
@@ -97,14 +97,14 @@ class _FoldedAttention(_StackAttention):
     @staticmethod
     def vmap(info, in_dims, q, k, v, bias, causal, scale):
         n = info.batch_size
-        q, k, v = (_as_stack(t, d, n) for t, d in zip((q, k, v), in_dims[:3]))  # [N, B, H, T, D]
+        q, k, v = (as_stack(t, d, n) for t, d in zip((q, k, v), in_dims[:3]))  # [N, B, H, T, D]
         N, B, H, Tq, D = q.shape
 
         def to_heads(t):  # [N, B, H, T, D] -> [B, N*H, T, D]
             return t.transpose(0, 1).reshape(t.shape[1], N * H, *t.shape[3:])
 
         if bias is not None:  # [N, 1|B, 1|H, 1|Tq, Tk]: heads made real, the rest kept broadcast
-            bias = _as_stack(bias, in_dims[3], n)
+            bias = as_stack(bias, in_dims[3], n)
             bias = bias.expand(N, bias.shape[1], H, *bias.shape[3:])
             bias = bias.transpose(0, 1).reshape(bias.shape[1], N * H, *bias.shape[3:])
         out = sdpa(to_heads(q), to_heads(k), to_heads(v), bias=bias, causal=causal, scale=scale)
