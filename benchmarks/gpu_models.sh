@@ -168,11 +168,11 @@ smollm2)
         tune)     # issue 28: the search at 16k and 32k on the CPU tables' corpus (float32, as they
                   # are), reported on a held-out slice of it, then (cached: nothing tuned again) on
                   # lengen's English docs
-            for L in 16k 32k; do
-                step tune-$L 180 $PY -m lengen hf tune "$M" "${G[@]}" --segment 1024 --length $L \
+            for L in ${TUNE_LENGTHS:-16k 32k}; do
+                step tune-$L ${TUNE_LIMIT:-180} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
                     --text "$CORPUS" --budget 2 --out "$RUNS/tune-$L"
                 cp "$RUNS/tune-$L/tune.json" "$RUNS/tune-$L-stdlib.json" 2>/dev/null
-                step tune-$L-docs 60 $PY -m lengen hf tune "$M" "${G[@]}" --segment 1024 --length $L \
+                step tune-$L-docs ${DOCS_LIMIT:-60} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
                     --text "$CORPUS" --budget 2 --eval-text 'docs/*.md' --eval-docs 1 --out "$RUNS/tune-$L"
             done ;;
         esac
@@ -199,11 +199,11 @@ gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands o
                 --lengths 512 1024 --docs 1 --methods rope dynamic:factor=4 rerope:window=256+logn \
                 --out "$RUNS/gemma3-check" ;;
         lastseg)
-            step gemma-lastseg 200 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --attn banded --protocol last-segment \
+            step gemma-lastseg 240 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --attn banded --protocol last-segment \
                 --segment 1024 --docs 1 --lengths 32k 64k 128k \
                 --methods rope yarn:factor=4 dynamic:factor=4 rerope:window=16384+logn --out "$RUNS/gemma3-lastseg" ;;
         passkey)
-            step gemma-passkey 150 $PY -m lengen hf eval "$M" "${G[@]}" --attn banded --protocol passkey \
+            step gemma-passkey 180 $PY -m lengen hf eval "$M" "${G[@]}" --attn banded --protocol passkey \
                 --trials 3 --lengths 64k 128k --methods rope yarn:factor=4 rerope:window=16384+logn \
                 --out "$RUNS/gemma3-passkey" ;;
         esac

@@ -14,7 +14,8 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
-(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `bench PATH`
+(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
+a committed `lengen hf tune` (docs/data/hftune/NAME), `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
 rests on. tests/test_docs_data.py runs --check, and checks that changing a committed score or a
@@ -161,6 +162,34 @@ class Blocks:
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
                 f"transformers {env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}; "
                 f"{seconds / 60:,.1f} minutes of evaluation\n")
+
+    def hftune(self, name: str) -> str:
+        """`hftune NAME`: a committed `lengen hf tune` (docs/data/hftune/NAME/tune.json): the settings
+        the search scored, ranked, the chosen one, plain RoPE and the method's default on the
+        evaluation slice, and what computed it (meta.environment, or environment.json beside it)."""
+        folder = self.data / "hftune" / name
+        out = io.read_json(folder / "tune.json")
+        meta = out["meta"]
+        env = meta.get("environment") or io.read_json(folder / "environment.json")
+        n = len(meta["tune_slice"])
+        scored = [r for r in out["ranking"] if r["status"] != "not run"]
+        rows = [[str(r["rank"] or ""), r["spec"], "" if r["tune_ppl"] is None else f"{r['tune_ppl']:.3f}",
+                 f"{r['sequences']}/{n}", r["status"], "yes" if r["default"] else ""] for r in scored]
+        table = markdown_rows(["rank", "setting", "tune ppl", "sequences", "status", "default"], rows)
+        unreached = len(out["ranking"]) - len(scored)
+        where = (f"--eval-text {meta['eval_text']}" if meta["eval_text"] else "the same text, other "
+                 + ("sequences" if meta["shared_documents"] else "documents"))
+        evaluation = markdown_rows(["on the evaluation slice", "setting", "ppl"],
+                                   [[e["role"], e["spec"], f"{e['eval_ppl']:.3f}"] for e in out["evaluation"]])
+        model = meta.get("gguf_file") or Path(meta["model_path"]).name
+        device = env.get("gpu") or env["device"]
+        return (f"{table}\n" + (f"{unreached} more settings of the grid were not reached within the budget.\n"
+                                if unreached else "") + f"\n{evaluation}\n"
+                f"{model} (trained to {meta['train_length']:,} tokens) tuned for {meta['length']:,} tokens: "
+                f"last {meta['segment']:,} tokens of {n} tune and {len(meta['eval_slice'])} evaluation sequences "
+                f"({where}); budget {meta['budget']:g} min, {meta['new_evaluations']} sequence evaluations, "
+                f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; transformers "
+                f"{env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}\n")
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:

@@ -191,6 +191,60 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
     assert done.returncode == 1 and "stale: huggingface.md: hfeval tiny-lastseg" in done.stdout
 
 
+def test_the_docs_have_a_generated_block_for_every_committed_hf_tune():
+    pages = docs_pages()
+    tunes = sorted((ROOT / "docs" / "data" / "hftune").iterdir())
+    assert tunes, "no committed lengen hf tune"
+    for folder in tunes:
+        assert f"<!-- generated: hftune {folder.name} -->" in pages, folder.name
+
+
+def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy):
+    """A hand-made `lengen hf tune` record (docs/data/hftune/NAME/tune.json) and its block, written
+    out by hand: the scored settings in rank order (3 decimals), a count of those not reached, the
+    evaluation slice's rows, and the line saying what was searched and what computed it."""
+    env = {"lengen_commit": "0123456789abcdef", "torch": "2.11.0+cu130", "transformers": "5.17.0",
+           "device": "cuda:0", "gpu": "NVIDIA H200"}
+    meta = {"model_path": "/x/m", "gguf_file": "m.gguf", "length": 32768, "train_length": 8192, "segment": 1024,
+            "tune_slice": [{}, {}], "eval_slice": [{}], "eval_text": None, "shared_documents": [], "budget": 2.0,
+            "new_evaluations": 4, "search_seconds": 90.0, "dtype": "float32", "environment": env}
+    ranking = [{"rank": 1, "spec": "self_extend:group=8,window=1024", "tune_ppl": 3.19165, "sequences": 2,
+                "status": "done", "default": False},
+               {"rank": 2, "spec": "yarn:factor=4", "tune_ppl": 3.48191, "sequences": 2, "status": "done",
+                "default": True},
+               {"rank": None, "spec": "yarn:factor=8", "tune_ppl": None, "sequences": 0, "status": "not run",
+                "default": None}]
+    evaluation = [{"role": "chosen", "spec": "self_extend:group=8,window=1024", "eval_ppl": 8.5362},
+                  {"role": "rope", "spec": "rope", "eval_ppl": 4441.0566}]
+    folder = copy / "data" / "hftune" / "tiny-tune"
+    folder.mkdir(parents=True)
+    write = lambda: (folder / "tune.json").write_text(json.dumps(   # noqa: E731
+        {"meta": meta, "ranking": ranking, "evaluation": evaluation}))
+    write()
+    expected = ("| rank | setting | tune ppl | sequences | status | default |\n"
+                "|---|---|---|---|---|---|\n"
+                "| 1 | self_extend:group=8,window=1024 | 3.192 | 2/2 | done |  |\n"
+                "| 2 | yarn:factor=4 | 3.482 | 2/2 | done | yes |\n"
+                "\n"
+                "1 more settings of the grid were not reached within the budget.\n"
+                "\n"
+                "| on the evaluation slice | setting | ppl |\n"
+                "|---|---|---|\n"
+                "| chosen | self_extend:group=8,window=1024 | 8.536 |\n"
+                "| rope | rope | 4441.057 |\n"
+                "\n"
+                "m.gguf (trained to 8,192 tokens) tuned for 32,768 tokens: last 1,024 tokens of 2 tune and 1 "
+                "evaluation sequences (the same text, other documents); budget 2 min, 4 sequence evaluations, "
+                "1.5 minutes of search; float32, NVIDIA H200; transformers 5.17.0, torch 2.11.0+cu130, "
+                "lengen 0123456789ab\n")
+    add_block(copy / "huggingface.md", "hftune tiny-tune", expected)
+    assert check(copy, copy / "data", only="tiny-tune").returncode == 0
+    evaluation[0]["eval_ppl"] = 8.5371   # printed 8.536 -> 8.537
+    write()
+    done = check(copy, copy / "data", only="tiny-tune")
+    assert done.returncode == 1 and "stale: huggingface.md: hftune tiny-tune" in done.stdout
+
+
 def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
     """`bench PATH`: the caption line and the table of a raw benchmark output under docs/data,
     nothing else of the file; a changed number in the raw file is caught; a path outside

@@ -192,3 +192,73 @@ def test_eval_suggests_banded_only_where_sdpa_would_build_large_sliding_masks():
     assert banded_hint(gemma, "sdpa", 4 * WINDOW - 1) is None       # short inputs: no matter
     assert banded_hint(gemma, "banded", 1000) is None
     assert banded_hint(tiny_family("olmo2", "sdpa"), "sdpa", 1000) is None   # no sliding layers
+
+
+def test_math_kernel_only_for_grouped_query_layers_on_cuda_in_float32():
+    """PyTorch's flash kernel needs fp16/bf16 and its memory-efficient one takes no `enable_gqa`,
+    so only CUDA + float32 + fewer key/value heads than query heads lands on the math kernel."""
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert banded.gqa_falls_to_math("cuda", f32, 4, 1)
+    assert banded.gqa_falls_to_math("cuda", f32, 9, 3)
+    assert not banded.gqa_falls_to_math("cuda", f32, 4, 4)     # no grouping: no enable_gqa
+    assert not banded.gqa_falls_to_math("cuda", bf16, 4, 1)    # flash takes it
+    assert not banded.gqa_falls_to_math("cpu", f32, 4, 1)
+
+
+@pytest.fixture
+def sdpa_keys(monkeypatch):
+    """The key-head count of every call of transformers' sdpa attention function."""
+    import transformers.integrations.sdpa_attention as sa
+
+    heads, real = [], sa.sdpa_attention_forward
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        heads.append((query.shape[1], key.shape[1]))
+        return real(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setattr(sa, "sdpa_attention_forward", recording)   # what banded_attention calls
+    return heads
+
+
+def test_grouped_query_layers_get_repeated_keys_where_sdpa_would_take_the_math_kernel(monkeypatch, sdpa_keys):
+    """Where gqa_falls_to_math says so (forced here: the CPU never does), the layers banded
+    leaves to transformers' sdpa get keys and values repeated to the query's 4 heads, with logits
+    equal to sdpa's; elsewhere their 2 key/value heads pass unchanged."""
+    ids = tokens()
+    expected = logits(tiny_family("gemma3", "sdpa"), ids)
+    model = banded_model("gemma3")
+    logits(model, ids)
+    assert sdpa_keys == [(4, 2), (4, 2)]          # the two global layers, as the model has them
+    sdpa_keys.clear()
+    monkeypatch.setattr(banded, "gqa_falls_to_math", lambda *args: True)
+    got = logits(model, ids)
+    assert sdpa_keys == [(4, 4), (4, 4)]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def test_eval_warns_where_sdpa_would_score_a_grouped_query_model_on_the_math_kernel():
+    from lengen.hf.evaluate import math_kernel_hint
+
+    config = tiny_family("olmo2", "sdpa").config      # 4 query, 2 key/value heads
+    cuda, cpu, f32 = torch.device("cuda"), torch.device("cpu"), torch.float32
+    hint = math_kernel_hint(config, "sdpa", 65536, cuda, f32)
+    assert hint and "4 x 65,536 x 65,536 scores (64 GiB)" in hint and "--attn banded" in hint
+    assert math_kernel_hint(config, "sdpa", 8191, cuda, f32) is None     # 4 x 8192^2 x 4 B = 1 GiB
+    assert "(1 GiB)" in math_kernel_hint(config, "sdpa", 8192, cuda, f32)
+    assert math_kernel_hint(config, "banded", 65536, cuda, f32) is None
+    assert math_kernel_hint(config, "sdpa", 65536, cuda, torch.bfloat16) is None
+    assert math_kernel_hint(config, "sdpa", 65536, cpu, f32) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_banded_model_on_cuda_in_float32_needs_no_math_kernel():
+    """On CUDA in float32 with the math kernel switched off, the banded Gemma 3 runs (transformers'
+    sdpa alone would find no kernel for its grouped-query global layers) and equals the CPU."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    ids = tokens()
+    expected = logits(banded_model("gemma3"), ids)
+    model = banded_model("gemma3").cuda()
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        got = logits(model, ids.cuda()).cpu()
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)

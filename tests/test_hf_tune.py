@@ -85,6 +85,8 @@ def test_reported_scores_are_last_segment_perplexity_on_the_evaluation_slice(mod
         {d for s in meta["eval_slice"] for d in s["documents"]}
     assert meta["shared_documents"] == []
     assert meta["search_seconds"] > 0 and meta["new_evaluations"] > 0
+    # what computed it, as lengen hf eval records it
+    assert meta["environment"]["torch"] == torch.__version__ and meta["environment"]["device"] == "cpu"
 
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
     chosen = result["chosen"]

@@ -9,7 +9,9 @@ T^2 work to keep 512 keys a row. Here the mask function answers such a layer wit
 instead (only when the mask is exactly the plain sliding causal window: no padding, no custom mask
 function), and the attention function computes the window with
 `lengen.extrapolation.blockwise.window_attention`: work and memory O(T x window). Everything else
-(global layers, padded batches, decoding against a cache) is transformers' own sdpa, unchanged.
+(global layers, padded batches, decoding against a cache) is transformers' own sdpa, except that
+on CUDA in float32 a grouped-query layer gets its keys and values repeated to the query's heads
+first (`gqa_falls_to_math`): transformers would otherwise send it to the math kernel, T x T again.
 
 Use `use(model)` on a model loaded with attn_implementation="sdpa" (before lengen.hf.extend: an
 extended model keeps the banded layers); `restore()` of an extension returns to it.
@@ -81,6 +83,16 @@ def banded_mask(**kwargs):
     return sdpa_mask(**kwargs)
 
 
+def gqa_falls_to_math(device_type: str, dtype: torch.dtype, heads: int, kv_heads: int) -> bool:
+    """Whether transformers' sdpa would run a grouped-query layer on PyTorch's math kernel,
+    which scores all [B, H, Tq, Tk] pairs in memory: on CUDA in float32, where only the math
+    kernel takes `enable_gqa` (flash needs fp16/bf16; the memory-efficient kernel takes float32
+    but not `enable_gqa`), and transformers passes it whenever no mask is given (5.17 - 5.24).
+    At 65,536 tokens Gemma 3 270M's global layers asked for 64 GiB (H200, 2026-11-28). Keys and
+    values repeated to the query's heads go to the memory-efficient kernel instead."""
+    return device_type == "cuda" and dtype == torch.float32 and kv_heads != heads
+
+
 def banded_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                      **kwargs):
     """transformers' sdpa attention, except a `Band` mask: the window computed in bands
@@ -88,6 +100,9 @@ def banded_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     from transformers.integrations.sdpa_attention import sdpa_attention_forward   # optional
 
     if not isinstance(attention_mask, Band):
+        if gqa_falls_to_math(query.device.type, query.dtype, query.shape[1], key.shape[1]):
+            heads = query.shape[1]
+            key, value = repeat_kv(key, heads), repeat_kv(value, heads)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if dropout:

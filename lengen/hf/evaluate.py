@@ -191,6 +191,22 @@ def banded_hint(model, attn: str, longest: int) -> str | None:
             f"rounding; docs/huggingface.md)")
 
 
+def math_kernel_hint(config, attn: str, longest: int, device: torch.device, dtype: torch.dtype) -> str | None:
+    """A line suggesting --attn banded where transformers' sdpa would score a grouped-query model
+    on the math kernel (CUDA, float32; lengen.hf.banded.gqa_falls_to_math) with 1 GiB or more of
+    scores per layer, else None."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    gib = heads * longest ** 2 * 4 / 2 ** 30
+    if attn != "sdpa" or gib < 1 or not banded.gqa_falls_to_math(device.type, dtype, heads, kv_heads):
+        return None
+    return (f"note: on CUDA in float32, transformers' sdpa runs this model's grouped-query layers "
+            f"({heads} query, {kv_heads} key/value heads) on PyTorch's math kernel, which holds "
+            f"{heads} x {longest:,} x {longest:,} scores ({gib:,.0f} GiB) a layer; --attn banded repeats "
+            f"the keys and values so that the memory-efficient kernel takes them (or --dtype bfloat16)")
+
+
 def greedy_fn(model, pad_token_id: int):
     device = next(model.parameters()).device
 
@@ -242,9 +258,11 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
-    hint = banded_hint(model, settings.attn, max(n for _, n in todo) if todo else 0)
-    if hint:
-        print(hint, file=sys.stderr)
+    longest = max(n for _, n in todo) if todo else 0
+    for hint in (banded_hint(model, settings.attn, longest),
+                 math_kernel_hint(model.config, settings.attn, longest, device, next(model.parameters()).dtype)):
+        if hint:
+            print(hint, file=sys.stderr)
     train_length = settings.train_length or int(model.config.max_position_embeddings)
     import transformers   # optional, imported on use; loaded by now, for its version
 

@@ -34,6 +34,7 @@ from lengen import io
 from lengen.data import load_documents
 from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
+from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import EvalSettings, corpus_encoder, greedy_fn, load, load_tokenizer, nll_fn
@@ -320,7 +321,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     call = f'lengen.hf.extend(model, "{chosen.spec}"' + (
         f", train_length={settings.train_length})" if settings.train_length else ")")
     meta = {**asdict(settings), "train_length": L0, "segment": segment, **slices,
-            "device": str(device), "seconds": round(time.time() - started, 1),
+            "device": str(device), "environment": run_environment(device),
+            "seconds": round(time.time() - started, 1),
             "out_of_budget": result.out_of_budget, "new_evaluations": result.calls,
             # the search's cost, this run and earlier ones into the same --out (cached seconds)
             "search_seconds": round(sum(sum(t.seconds) for t in result.trials), 1),
