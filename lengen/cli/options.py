@@ -111,4 +111,5 @@ def add_hf_loading_arguments(p, dtype_note: str = "") -> None:
     p.add_argument("--attn", choices=["sdpa", "eager", "banded"], default="sdpa",
                    help="the model's attention implementation (default sdpa); banded: sdpa with "
                         "sliding-window layers (Gemma 3, OLMo 3) computed band by band, memory "
-                        "linear in length instead of a T x T mask (lengen.hf.banded)")
+                        "linear in length instead of a T x T mask, and on CUDA in float32 "
+                        "grouped-query layers kept off PyTorch's math kernel (lengen.hf.banded)")
