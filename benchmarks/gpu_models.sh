@@ -77,6 +77,14 @@ assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corp
     esac
 }
 
+known_steps() {  # known_steps MODEL "STEP ..." ASKED...: refuse an unknown step before any work
+    local model=$1 steps=$2 what
+    shift 2
+    for what in "$@"; do
+        [[ " $steps " == *" $what "* ]] || { echo "gpu_models.sh $model: unknown step $what ($steps)" >&2; exit 2; }
+    done
+}
+
 machine() {
     mkdir -p "$OUT" "$RUNS"
     { date -u; nvidia-smi -L; $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"; } \
@@ -143,11 +151,7 @@ collect)      # collect SECONDS: wait for the background steps (at most SECONDS)
     ;;
 smollm2)
     shift
-    for what in "$@"; do   # before the model is assembled
-        case "$what" in lastseg | passkey | ruler | tune) ;;
-        *) echo "gpu_models.sh smollm2: unknown step $what (lastseg, passkey, ruler, tune)" >&2; exit 2 ;;
-        esac
-    done
+    known_steps smollm2 "lastseg passkey ruler tune" "$@"
     assemble smollm2
     machine
     M=$MODELS/smollm2
@@ -182,11 +186,7 @@ smollm2)
     ;;
 gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands of docs/huggingface.md
     shift
-    for what in "$@"; do
-        case "$what" in check | lastseg | passkey) ;;
-        *) echo "gpu_models.sh gemma: unknown step $what (check, lastseg, passkey)" >&2; exit 2 ;;
-        esac
-    done
+    known_steps gemma "check lastseg passkey" "$@"
     assemble gemma3
     machine
     M=$MODELS/gemma3
