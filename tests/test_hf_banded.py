@@ -262,3 +262,14 @@ def test_banded_model_on_cuda_in_float32_needs_no_math_kernel():
     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
         got = logits(model, ids.cuda()).cpu()
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_eval_and_tune_print_every_note_that_applies():
+    from lengen.hf.evaluate import attention_hints
+
+    gemma = tiny_family("gemma3", "sdpa")
+    cpu = torch.device("cpu")
+    assert [h.split(";")[0] for h in attention_hints(gemma, "sdpa", 4 * WINDOW, cpu)] == \
+        ["note: 2 of 4 layers attend within a sliding window of 8 tokens"]
+    assert attention_hints(gemma, "banded", 100_000, cpu) == []
+    assert attention_hints(gemma, "sdpa", 4 * WINDOW - 1, cpu) == []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +38,8 @@ from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
-from lengen.hf.evaluate import EvalSettings, corpus_encoder, greedy_fn, load, load_tokenizer, nll_fn
+from lengen.hf.evaluate import (EvalSettings, attention_hints, corpus_encoder, greedy_fn, load, load_tokenizer,
+                                nll_fn)
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
 from lengen.progress import progress_bar
@@ -289,6 +291,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
         if "model" not in loaded:   # on first use: a rerun with every score cached never loads it
             m = load(settings.eval_settings(), tokenizer)[0].to(device)
             inspect_model(m)        # an unsupported model fails now, not at its first setting
+            for hint in attention_hints(m, settings.attn, settings.length, device):
+                print(hint, file=sys.stderr)
             loaded["model"] = m
         return loaded["model"]
 
