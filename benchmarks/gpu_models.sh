@@ -171,12 +171,14 @@ smollm2)
                 --lengths 4k 8k 16k --methods rope self_extend:group=8,window=1024 dca string --out "$RUNS/ruler" ;;
         tune)     # issue 28: the search at 16k and 32k on the CPU tables' corpus (float32, as they
                   # are), reported on a held-out slice of it, then (cached: nothing tuned again) on
-                  # lengen's English docs
+                  # lengen's English docs. banded: transformers' sdpa would score grouped-query
+                  # layers on the math kernel in float32. On 2026-11-28 (H200) 16k scored nothing
+                  # in 180 s, most likely compiling each method's flex passes for a new length
             for L in ${TUNE_LENGTHS:-16k 32k}; do
-                step tune-$L ${TUNE_LIMIT:-180} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
+                step tune-$L ${TUNE_LIMIT:-360} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
                     --text "$CORPUS" --budget 2 --out "$RUNS/tune-$L"
                 cp "$RUNS/tune-$L/tune.json" "$RUNS/tune-$L-stdlib.json" 2>/dev/null
-                step tune-$L-docs ${DOCS_LIMIT:-60} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
+                step tune-$L-docs ${DOCS_LIMIT:-120} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
                     --text "$CORPUS" --budget 2 --eval-text 'docs/*.md' --eval-docs 1 --out "$RUNS/tune-$L"
             done ;;
         esac
