@@ -11,6 +11,7 @@
 #   call 3-6: carry [".carryN"] command: bash benchmarks/gpu_models.sh parts
 #   call 7: carry [".carry7"]   command: bash benchmarks/gpu_models.sh gemma check lastseg passkey;
 #                                        bash benchmarks/gpu_models.sh collect 300
+#   (any call after call 2)     command: bash benchmarks/gpu_models.sh mlm-h2   # issue 23's H2
 #
 # SmolLM2 is in .carry1-2 (with the gguf wheel and a copy of the Python 3.11 standard library's
 # sources, the corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in
@@ -72,6 +73,7 @@ assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corp
     mkdir -p "$MODELS"
     [ -d "$CORPUS" ] || tar xJf $PARTS/stdlib311.tar.xz -C "$MODELS" || exit 2
     case $1 in
+    corpus) ;;   # the corpus alone (.carry2)
     smollm2) join_parts smollm2 $SMOL $PARTS/$SMOL.part1 $PARTS/$SMOL.part2 ;;
     gemma3) join_parts gemma3 $GEMMA $(for i in $(seq $GEMMA_PARTS); do echo $PARTS/$GEMMA.part$i; done) ;;
     esac
@@ -213,7 +215,29 @@ gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands o
     tar czf "$OUT/gemma3.tgz" -C "$RUNS" $(cd "$RUNS" \&\& ls -d gemma3-*) 2>/dev/null
     ls -l "$OUT"
     ;;
+mlm-h2)   # issue 23: Su's H2 at the protocol's 10,000 steps (su2023-mlm-h2, 10 runs; ~11 CPU-hours
+          # here) on CUDA, all 10 runs there, on the CPU tables' corpus: a study of its own
+          # (su2023-mlm-h2-gpu: the corpus is part of a run's identity), resumable
+    assemble corpus
+    machine
+    spec=$RUNS/su2023-mlm-h2-gpu.yaml
+    $PY - lengen/sweeps/presets/su2023-mlm-h2.yaml "$spec" "$CORPUS" <<'PYEOF' || exit 2
+import sys, yaml
+preset, out, corpus = sys.argv[1:]
+spec = yaml.safe_load(open(preset))
+spec["name"] = "su2023-mlm-h2-gpu"
+spec["description"] = ("su2023-mlm-h2 on a GPU, on a copy of the CPU studies' corpus (Python 3.11's "
+                       "standard library): " + spec["description"])
+spec["fixed"]["corpus"] = corpus
+yaml.safe_dump(spec, open(out, "w"), sort_keys=False)
+PYEOF
+    step mlm-h2 ${MLM_LIMIT:-420} $PY -m lengen sweep run "$spec" --out "$RUNS/su2023-mlm-h2-gpu" --device cuda \
+        --runs-per-gpu 10 --no-progress
+    step mlm-h2-export 60 $PY -m lengen sweep export "$RUNS/su2023-mlm-h2-gpu" --out "$RUNS/su2023-mlm-h2-gpu-export"
+    tar czf "$OUT/mlm-h2.tgz" -C "$RUNS" su2023-mlm-h2-gpu-export su2023-mlm-h2-gpu.yaml 2>/dev/null
+    ls -l "$OUT"
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | background STEPS | collect SECONDS | smollm2 lastseg|passkey|ruler|tune ... | gemma check|lastseg|passkey ..." >&2
+    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | background STEPS | collect SECONDS | smollm2 lastseg|passkey|ruler|tune ... | gemma check|lastseg|passkey ... | mlm-h2" >&2
     exit 2 ;;
 esac
