@@ -273,3 +273,6 @@ def test_eval_and_tune_print_every_note_that_applies():
         ["note: 2 of 4 layers attend within a sliding window of 8 tokens"]
     assert attention_hints(gemma, "banded", 100_000, cpu) == []
     assert attention_hints(gemma, "sdpa", 4 * WINDOW - 1, cpu) == []
+    olmo = tiny_family("olmo2", "sdpa")          # grouped-query, no sliding layers
+    assert "math kernel" in attention_hints(olmo, "sdpa", 65536, torch.device("cuda"))[0]
+    assert attention_hints(olmo, "sdpa", 65536, torch.device("cuda"), "bf16") == []   # autocast: bfloat16

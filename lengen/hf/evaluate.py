@@ -207,11 +207,11 @@ def math_kernel_hint(config, attn: str, longest: int, device: torch.device, dtyp
             f"the keys and values so that the memory-efficient kernel takes them (or --dtype bfloat16)")
 
 
-def attention_hints(model, attn: str, longest: int, device: torch.device) -> list[str]:
+def attention_hints(model, attn: str, longest: int, device: torch.device, precision: str = "fp32") -> list[str]:
     """The notes `lengen hf eval` and `hf tune` print before the work: where another --attn
-    would avoid T x T memory at these lengths."""
-    hints = (banded_hint(model, attn, longest),
-             math_kernel_hint(model.config, attn, longest, device, next(model.parameters()).dtype))
+    would avoid T x T memory at these lengths (bf16 precision: autocast, so attention in bfloat16)."""
+    dtype = torch.bfloat16 if precision == "bf16" else next(model.parameters()).dtype
+    hints = (banded_hint(model, attn, longest), math_kernel_hint(model.config, attn, longest, device, dtype))
     return [h for h in hints if h]
 
 
@@ -266,7 +266,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
-    for hint in attention_hints(model, settings.attn, max(n for _, n in todo) if todo else 0, device):
+    for hint in attention_hints(model, settings.attn, max(n for _, n in todo) if todo else 0, device,
+                                settings.precision):
         print(hint, file=sys.stderr)
     train_length = settings.train_length or int(model.config.max_position_embeddings)
     import transformers   # optional, imported on use; loaded by now, for its version

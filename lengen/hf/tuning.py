@@ -291,7 +291,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
         if "model" not in loaded:   # on first use: a rerun with every score cached never loads it
             m = load(settings.eval_settings(), tokenizer)[0].to(device)
             inspect_model(m)        # an unsupported model fails now, not at its first setting
-            for hint in attention_hints(m, settings.attn, settings.length, device):
+            for hint in attention_hints(m, settings.attn, settings.length, device, settings.precision):
                 print(hint, file=sys.stderr)
             loaded["model"] = m
         return loaded["model"]
