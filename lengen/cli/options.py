@@ -104,11 +104,12 @@ def add_hf_model_arguments(p) -> None:
 
 def add_hf_loading_arguments(p, dtype_note: str = "") -> None:
     """--train-length, --dtype and --attn: how `lengen hf eval` and `hf tune` load the model."""
+    from lengen.hf.evaluate import ATTN_CHOICES, WEIGHT_DTYPES   # the settings' own lists
     p.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+    p.add_argument("--dtype", choices=WEIGHT_DTYPES, default="float32",
                    help=f"the weights' storage type when loaded (default float32){dtype_note}")
-    p.add_argument("--attn", choices=["sdpa", "eager", "banded"], default="sdpa",
+    p.add_argument("--attn", choices=ATTN_CHOICES, default="sdpa",
                    help="the model's attention implementation (default sdpa); banded: sdpa with "
                         "sliding-window layers (Gemma 3, OLMo 3) computed band by band, memory "
                         "linear in length instead of a T x T mask, and on CUDA in float32 "

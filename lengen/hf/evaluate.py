@@ -41,6 +41,7 @@ from lengen.protocols.ruler import check_tasks, ruler_table, task_means
 PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
 # "banded": sdpa with sliding-window layers computed in bands (lengen.hf.banded; long inputs)
 ATTN_CHOICES = ("sdpa", "eager", "banded")
+WEIGHT_DTYPES = ("float32", "bfloat16", "float16")
 METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy", "ruler": "accuracy"}
 RULER_COLUMNS = ("method", "task", "length", "accuracy", "correct", "trials", "mean_prompt_tokens", "note")
 
@@ -77,8 +78,8 @@ class EvalSettings:
             self.tasks = check_tasks(self.tasks)
         if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
             raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise LengenError(f"--dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.dtype not in WEIGHT_DTYPES:
+            raise LengenError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.dtype!r}")
         if self.attn not in ATTN_CHOICES:
             raise LengenError(f"--attn must be one of {', '.join(ATTN_CHOICES)}, got {self.attn!r}")
         check_precision(self.precision)
