@@ -42,6 +42,7 @@ import pandas as pd  # noqa: E402
 from lengen import io  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
+from lengen.hf.tuning import evaluation_source  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
 from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
 from lengen.reports import aggregate as agg  # noqa: E402
@@ -160,8 +161,7 @@ class Blocks:
         seconds = sum(r["seconds"] for r in {(r["method"], r["length"]): r for r in result["rows"]}.values())
         return (hf_result_table(result).rstrip("\n") + f"\n\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
-                f"transformers {env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}; "
-                f"{seconds / 60:,.1f} minutes of evaluation\n")
+                f"{versions(env)}; {seconds / 60:,.1f} minutes of evaluation\n")
 
     def hftune(self, name: str) -> str:
         """`hftune NAME`: a committed `lengen hf tune` (docs/data/hftune/NAME/tune.json): the settings
@@ -177,8 +177,6 @@ class Blocks:
                  f"{r['sequences']}/{n}", r["status"], "yes" if r["default"] else ""] for r in scored]
         table = markdown_rows(["rank", "setting", "tune ppl", "sequences", "status", "default"], rows)
         unreached = len(out["ranking"]) - len(scored)
-        where = (f"--eval-text {meta['eval_text']}" if meta["eval_text"] else "the same text, other "
-                 + ("sequences" if meta["shared_documents"] else "documents"))
         evaluation = markdown_rows(["on the evaluation slice", "setting", "ppl"],
                                    [[e["role"], e["spec"], f"{e['eval_ppl']:.3f}"] for e in out["evaluation"]])
         model = meta.get("gguf_file") or Path(meta["model_path"]).name
@@ -187,9 +185,9 @@ class Blocks:
                                 if unreached else "") + f"\n{evaluation}\n"
                 f"{model} (trained to {meta['train_length']:,} tokens) tuned for {meta['length']:,} tokens: "
                 f"last {meta['segment']:,} tokens of {n} tune and {len(meta['eval_slice'])} evaluation sequences "
-                f"({where}); budget {meta['budget']:g} min, {meta['new_evaluations']} sequence evaluations, "
-                f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; transformers "
-                f"{env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}\n")
+                f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {meta['new_evaluations']} sequence evaluations, "
+                f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; "
+                f"{versions(env)}\n")
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:
@@ -253,6 +251,11 @@ class Blocks:
     def render(self, args: str) -> str:
         kind, *rest = shlex.split(args)  # a variant label with spaces is quoted
         return getattr(self, kind)(*rest)
+
+
+def versions(env: dict) -> str:
+    """What an hf record was computed with: transformers, torch and lengen's commit."""
+    return f"transformers {env['transformers']}, torch {env['torch']}, lengen {(env['lengen_commit'] or '')[:12]}"
 
 
 def demo_runs(data: Path, folder: str) -> dict:

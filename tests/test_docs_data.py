@@ -3,6 +3,7 @@ committed results in docs/data/ give, and the check notices a changed score or a
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,17 @@ def docs_pages() -> str:
 def add_block(page: Path, args: str, body: str = "") -> None:
     """A generated block `args` holding `body`, appended to a copied docs page."""
     page.write_text(page.read_text() + f"\n<!-- generated: {args} -->\n{body}<!-- end generated -->\n")
+
+
+def assert_block_follows_data(docs: Path, page: str, args: str, expected: str, change) -> None:
+    """The block `args` (its second word names the data), holding `expected`, added to a copied
+    page: --check passes; after `change()` alters its data, --check names it stale."""
+    add_block(docs / page, args, expected)
+    only = shlex.split(args)[1]
+    assert check(docs, docs / "data", only=only).returncode == 0
+    change()
+    done = check(docs, docs / "data", only=only)
+    assert done.returncode == 1 and f"stale: {page}: {args}" in done.stdout
 
 
 @pytest.fixture
@@ -183,12 +195,12 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
                 "\n"
                 "m.gguf (llama, trained to 8,192 tokens), last-segment, 1 document; float32, sdpa, cpu, 2 threads; "
                 "transformers 5.24.0, torch 2.13.0+cpu, lengen 0123456789ab; 6.0 minutes of evaluation\n")
-    add_block(copy / "huggingface.md", "hfeval tiny-lastseg", expected)
-    assert check(copy, copy / "data", only="tiny-lastseg").returncode == 0
-    rows[3]["ppl"] = 3.9991   # printed 3.998 -> 3.999
-    (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
-    done = check(copy, copy / "data", only="tiny-lastseg")
-    assert done.returncode == 1 and "stale: huggingface.md: hfeval tiny-lastseg" in done.stdout
+
+    def change():
+        rows[3]["ppl"] = 3.9991   # printed 3.998 -> 3.999
+        (folder / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+
+    assert_block_follows_data(copy, "huggingface.md", "hfeval tiny-lastseg", expected, change)
 
 
 def test_the_docs_have_a_generated_block_for_every_committed_hf_tune():
@@ -237,12 +249,12 @@ def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy
                 "evaluation sequences (the same text, other documents); budget 2 min, 4 sequence evaluations, "
                 "1.5 minutes of search; float32, NVIDIA H200; transformers 5.17.0, torch 2.11.0+cu130, "
                 "lengen 0123456789ab\n")
-    add_block(copy / "huggingface.md", "hftune tiny-tune", expected)
-    assert check(copy, copy / "data", only="tiny-tune").returncode == 0
-    evaluation[0]["eval_ppl"] = 8.5371   # printed 8.536 -> 8.537
-    write()
-    done = check(copy, copy / "data", only="tiny-tune")
-    assert done.returncode == 1 and "stale: huggingface.md: hftune tiny-tune" in done.stdout
+
+    def change():
+        evaluation[0]["eval_ppl"] = 8.5371   # printed 8.536 -> 8.537
+        write()
+
+    assert_block_follows_data(copy, "huggingface.md", "hftune tiny-tune", expected, change)
 
 
 def test_a_bench_block_is_the_table_a_benchmark_printed(copy):

@@ -196,7 +196,7 @@ def math_kernel_hint(config, attn: str, longest: int, device: torch.device, dtyp
     """A line suggesting --attn banded where transformers' sdpa would score a grouped-query model
     on the math kernel (CUDA, float32; lengen.hf.banded.gqa_falls_to_math) with 1 GiB or more of
     scores per layer, else None."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    config = config.get_text_config()
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     gib = heads * longest ** 2 * 4 / 2 ** 30

@@ -407,6 +407,13 @@ def ranking_rows(result: SearchResult, n_items: int) -> list[dict]:
                     "status": "not run", "default": None, "stage": None} for s in result.not_run]
 
 
+def evaluation_source(meta: dict) -> str:
+    """Where a tune record's evaluation slice came from, in words."""
+    if meta["eval_text"]:
+        return f"--eval-text {meta['eval_text']}"
+    return "the same text, other sequences" if meta["shared_documents"] else "the same text, other documents"
+
+
 def format_result(output: dict) -> str:
     """The ranked table, the chosen setting against plain RoPE and the default on the evaluation
     slice, and the extend() call."""
@@ -420,8 +427,7 @@ def format_result(output: dict) -> str:
         lines.append(f"| {r['rank'] or ''} | {r['spec']} | {ppl} | {r['sequences']}/{n} | {r['status']} | "
                      f"{'yes' if r['default'] else ''} |" + (f" {acc} |" if pk else ""))
     meta = output["meta"]
-    where = (f"--eval-text {meta['eval_text']}" if meta["eval_text"] else
-             "the same text, other sequences" if meta["shared_documents"] else "the same text, other documents")
+    where = evaluation_source(meta)
     lines += ["", f"chosen: {output['chosen']} (tune ppl {output['tune_ppl']:.4f} on {n} sequences)",
               f"evaluation slice ({len(meta['eval_slice'])} sequences, {where}; last {meta['segment']} "
               f"tokens at length {meta['length']}):"]
