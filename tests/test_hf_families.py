@@ -382,3 +382,19 @@ def test_half_precision_is_fp32_up_to_rounding(name, dtype):
     assert out.dtype == dtype
     error = (out.float() - logits(fp32, ids)).abs().max().item()
     assert error <= 2 * hf_error, (error, hf_error)
+
+
+@pytest.mark.parametrize("name,extra", [(name, {}) for name in FAMILIES]
+                         + [("gemma3", {"final_logit_softcapping": 30.0})])
+def test_evaluation_nll_is_the_models_own_output(name, extra):
+    """`lengen hf eval` runs the decoder and the output head itself (the head in chunks), so it
+    must apply what each family's forward does after the head: Gemma's final-logit soft-capping
+    (Gemma 2: 30 by default), Granite's logits_scaling. Reference: the cross-entropy of the
+    model's own forward logits."""
+    from lengen.hf.evaluate import nll_fn
+    from lengen.protocols import nll_from_logits
+
+    model, ids = tiny_family(name, IMPLEMENTATIONS[name][-1], **extra), tokens()
+    with torch.no_grad():
+        reference = nll_from_logits(lambda x: model(x).logits)(ids, 20)
+    torch.testing.assert_close(nll_fn(model, chunk=7)(ids, 20).double(), reference.double(), atol=1e-5, rtol=1e-5)

@@ -157,6 +157,14 @@ def _layer(config, index: int, attention: nn.Module, tables: dict) -> Layer:
     return Layer(index, attention, "rope", None, table, softcap)
 
 
+def decoder_stack(model: nn.Module) -> nn.Module:
+    """The decoder stack of a causal LM (LlamaModel in LlamaForCausalLM), or the model itself.
+    Not transformers' get_decoder(): it returns Llama4ForCausalLM itself (its base_model_prefix
+    names no attribute of it)."""
+    inner = getattr(model, "model", None)
+    return inner if inner is not None and hasattr(model, "lm_head") else model.get_decoder()
+
+
 def inspect_model(model: nn.Module, require_attention: bool = True) -> ModelParts:
     """The model's parts, or a LengenError that says why lengen.hf cannot extend it."""
     config = getattr(model, "config", None)
@@ -168,7 +176,7 @@ def inspect_model(model: nn.Module, require_attention: bool = True) -> ModelPart
             f"lengen.hf does not support model_type {model_type!r} ({type(model).__name__}): "
             f"supported are the rotary causal LMs {sorted(SUPPORTED_MODEL_TYPES)} (Gemma 3 and "
             "Llama 4 as their text models, Gemma3ForCausalLM / Llama4ForCausalLM)")
-    base = getattr(model, "model", None) if hasattr(model, "lm_head") else model
+    base = decoder_stack(model)
     rotary = getattr(base, "rotary_emb", None)
     if rotary is None:
         raise LengenError(f"{type(model).__name__} has no Llama-style rotary module "

@@ -27,7 +27,7 @@ from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import RopeSpec, build_method, is_plain
 from lengen.hf import banded
-from lengen.hf.arch import inspect_model
+from lengen.hf.arch import decoder_stack, inspect_model
 from lengen.hf.patch import extend, restore
 from lengen.progress import progress_bar
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
@@ -154,11 +154,30 @@ def load(settings: EvalSettings, tokenizer=None):
     return model.eval(), tokenizer
 
 
+def output_logits(model):
+    """hidden [B, T, D] -> float32 logits as the model's own forward gives them: the output head,
+    then what a family does after it (Gemma 2/3: final-logit soft-capping; Granite: division by
+    logits_scaling). Checked against each supported family's forward (tests/test_hf_families.py)."""
+    head, config = model.get_output_embeddings(), model.config.get_text_config()
+    cap = getattr(config, "final_logit_softcapping", None)
+    scaling = getattr(config, "logits_scaling", None)   # Granite and its MoE variants
+
+    def logits(hidden: torch.Tensor) -> torch.Tensor:
+        out = head(hidden)
+        if scaling is not None:
+            out = out / scaling
+        if cap is not None:
+            out = torch.tanh(out / cap) * cap
+        return out.float()
+
+    return logits
+
+
 def nll_fn(model, chunk: int = 1024):
     """lengen.protocols.NllFn (ids [B, T], last -> [B, last]) for a causal LM: the decoder runs
     once over the context ids[:, :-1], the output head in chunks of `chunk` positions (a 16k x
     49k-vocab logits tensor would need 3 GB)."""
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    decoder, logits_of = decoder_stack(model), output_logits(model)
     device = next(model.parameters()).device
 
     @torch.inference_mode()
@@ -166,7 +185,7 @@ def nll_fn(model, chunk: int = 1024):
         ids = ids.to(device)
         hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state[:, -last:]
         targets = ids[:, -last:]
-        return torch.cat([F.cross_entropy(head(h).float().transpose(1, 2), t, reduction="none")
+        return torch.cat([F.cross_entropy(logits_of(h).transpose(1, 2), t, reduction="none")
                           for h, t in zip(hidden.split(chunk, dim=1), targets.split(chunk, dim=1))],
                          dim=1).cpu()
 
