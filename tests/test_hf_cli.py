@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import re
+import shutil
 
 import pytest
 import torch
@@ -169,6 +170,72 @@ def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_d
     settings.corpus = str(tmp_path / "short")
     with pytest.raises(LengenError, match="gives only 0 sequences of 101 tokens, 2 needed"):
         sequences(settings, tok)
+
+
+def bos_char_tokenizer():
+    """char_tokenizer that begins every encoded text with <bos> (id 99), as Gemma's and Llama's do."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    inner = char_tokenizer().backend_tokenizer
+    inner.add_special_tokens(["<bos>"])
+    bos = inner.token_to_id("<bos>")
+    inner.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=inner, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>")
+
+
+def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path, monkeypatch):
+    """A model whose tokenizer begins every text with BOS (Gemma: it degrades without it) is scored
+    on sequences that begin so: BOS, then the text's first L tokens, L + 1 in all. A tokenizer that
+    adds none (the char tokenizer, SmolLM2's) gets the text alone, as before."""
+    from lengen.hf.evaluate import EvalSettings, bos_prefix, sequences
+
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    tok = bos_char_tokenizer()
+    assert tok("ab")["input_ids"] == [tok.bos_token_id, tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")]
+    assert bos_prefix(tok) == [tok.bos_token_id] and bos_prefix(char_tokenizer()) == []
+    settings = EvalSettings(str(model_dir / "model"), ["rope"], [32], corpus=str(model_dir / "corpus"), docs=2)
+    seqs = sequences(settings, tok)
+    assert [len(s) for s in seqs] == [33, 33]
+    for s in seqs:
+        assert s[0] == tok.bos_token_id
+        assert tok.decode(s[1:].tolist()) == TEXT[:32]
+    assert tok.decode(sequences(settings, char_tokenizer())[0].tolist()) == TEXT[:33]
+
+
+def test_resuming_rows_scored_without_bos_is_refused(model_dir, tmp_path, capsys):
+    """Rows of an output folder scored before lengen added the BOS (records without
+    sequence_prefix) are not mixed with rows that begin with it: exit 2, nothing written."""
+    import json
+
+    model = tmp_path / "bos-model"
+    shutil.copytree(model_dir / "model", model)
+    bos_char_tokenizer().save_pretrained(model)
+    out = tmp_path / "out"
+    args = ["hf", "eval", str(model), "--corpus", str(model_dir / "corpus"), "--docs", "1",
+            "--protocol", "last-segment", "--segment", "8", "--no-progress", "--out", str(out)]
+    assert main([*args, "--lengths", "32"]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["meta"]["sequence_prefix"] == [bos_char_tokenizer().bos_token_id]
+    del record["meta"]["sequence_prefix"]          # as written before 2026-11-28
+    (out / "results.json").write_text(json.dumps(record))
+    before = (out / "results.json").read_text()
+    assert main([*args, "--lengths", "32", "16"]) == 2
+    assert "scored on sequences beginning with no BOS" in capsys.readouterr().err
+    assert (out / "results.json").read_text() == before
+
+
+@pytest.mark.parametrize("cls,version,problem", [
+    ("GemmaTokenizer", "5.17.0", "other merges"), ("GemmaTokenizer", "5.0.0", "other merges"),
+    ("GemmaTokenizer", "5.18.0", "no BOS"), ("GemmaTokenizer", "5.22.2", "no BOS"),
+    ("GemmaTokenizer", "5.23.0", None), ("GemmaTokenizer", "5.24.0", None), ("GemmaTokenizer", "6.0.0.dev0", None),
+    ("GPT2Tokenizer", "5.17.0", None)])
+def test_gguf_gemma_tokenizer_needs_transformers_5_23(cls, version, problem):
+    """Measured on Gemma 3 270M's GGUF (docs/huggingface.md): the releases that read it wrongly."""
+    from lengen.hf.evaluate import gguf_tokenizer_problem
+
+    got = gguf_tokenizer_problem(cls, version)
+    assert (got is None) if problem is None else (problem in got and version in got)
 
 
 def test_short_documents_are_joined_by_eos(tmp_path, monkeypatch):

@@ -160,6 +160,30 @@ def test_eval_text_reports_on_another_source(model_dir, tmp_path):
         last_segment_ppl(model, [d[:L + 1], d[L + 1:2 * L + 2]], result["chosen"]), rel=1e-5)
 
 
+def test_slices_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path):
+    """As in hf eval: a tokenizer that begins every text with BOS gets sequences BOS + L tokens of
+    the text (the text cut into consecutive pieces of L), scored by hand here."""
+    import shutil
+
+    from test_hf_cli import bos_char_tokenizer
+
+    from lengen.hf import tune
+
+    model_path = tmp_path / "bos-model"
+    shutil.copytree(model_dir / "model", model_path)
+    tok = bos_char_tokenizer()
+    tok.save_pretrained(model_path)
+    result = tune(model_path=str(model_path), length=L, text=str(model_dir / "texts"),
+                  eval_text=str(model_dir / "other"), segment=SEGMENT, methods=["rerope"], logn=False,
+                  refine=False, budget=5, out=tmp_path / "out", progress=False)
+    d = ids_of((model_dir / "other" / "d.txt").read_text())
+    bos = tok.bos_token_id
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_path).eval()
+    chosen = next(e for e in result["evaluation"] if e["role"] == "chosen")
+    assert chosen["eval_ppl"] == pytest.approx(
+        last_segment_ppl(model, [[bos] + d[:L], [bos] + d[L:2 * L]], result["chosen"]), rel=1e-5)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--methods", "string"], "lengen hf tune searches the methods self_extend, dca, rerope"),
     (["--length", "64"], "--length 64 is not beyond the trained length 64"),

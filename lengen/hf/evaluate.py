@@ -118,14 +118,44 @@ def _reason(e: Exception) -> str:
     return " ".join(str(e).split())[:300] or type(e).__name__   # the whole reason, on one line
 
 
+def gguf_tokenizer_problem(tokenizer_class: str, transformers_version: str) -> str | None:
+    """Why this transformers release reads a GGUF file's tokenizer wrongly, or None. Measured on
+    Gemma 3 270M's GGUF (2026-11-28): 5.0-5.17 split text with other merges than the model's
+    (perplexity 106 instead of 5.1 at 512 tokens), 5.18-5.22 add no BOS; 5.23 and 5.24 are right."""
+    if "Gemma" not in tokenizer_class:
+        return None
+    version = tuple(int(p) for p in transformers_version.split(".")[:2] if p.isdigit())
+    if version >= (5, 23):
+        return None
+    what = "splits text with other merges than the model's" if version < (5, 18) else "adds no BOS"
+    return (f"transformers {transformers_version} reads a Gemma GGUF tokenizer wrongly (it {what}); "
+            "GGUF Gemma models need transformers >= 5.23: pip install -U transformers")
+
+
+def check_model_folder(settings: EvalSettings) -> None:
+    folder = Path(settings.model_path)
+    if not folder.is_dir():
+        raise LengenError(f"{folder} is not a folder; give a local Hugging Face model folder")
+    if not settings.gguf_file and not (folder / "config.json").exists():
+        raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
+                          "written by save_pretrained, or a GGUF file with --gguf-file")
+
+
 def load_tokenizer(settings: EvalSettings):
     """The model folder's tokenizer alone (cheap: for checks before the model loads)."""
-    from transformers import AutoTokenizer   # transformers is optional (lengen[hf]): imported on use
-
+    check_model_folder(settings)
     try:
-        return AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
+        import transformers   # optional (lengen[hf]): imported on use
+    except ImportError:
+        raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
     except _LOAD_ERRORS as e:
         raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {_reason(e)}") from None
+    problem = settings.gguf_file and gguf_tokenizer_problem(type(tokenizer).__name__, transformers.__version__)
+    if problem:
+        raise LengenError(problem)
+    return tokenizer
 
 
 def load(settings: EvalSettings, tokenizer=None):
@@ -135,12 +165,7 @@ def load(settings: EvalSettings, tokenizer=None):
         from transformers import AutoModelForCausalLM   # optional (lengen[hf]): imported on use
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
-    folder = Path(settings.model_path)
-    if not folder.is_dir():
-        raise LengenError(f"{folder} is not a folder; give a local Hugging Face model folder")
-    if not settings.gguf_file and not (folder / "config.json").exists():
-        raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
-                          "written by save_pretrained, or a GGUF file with --gguf-file")
+    check_model_folder(settings)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -282,6 +307,15 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
         tokenizer = load_tokenizer(settings)
         check_prompts_fit(settings.protocol, tokenizer.encode, sorted({n for _, n in todo}),
                           settings.tasks or (), settings.seed)
+    prefix = None   # perplexity: the BOS its sequences begin with (bos_prefix)
+    if settings.protocol in ("ppl", "last-segment") and Path(settings.model_path).is_dir():
+        tokenizer = load_tokenizer(settings)
+        prefix = bos_prefix(tokenizer)
+        before = (previous or {}).get("meta", {}).get("sequence_prefix", [])   # older results: none
+        if previous and previous.get("rows") and todo and before != prefix:
+            raise LengenError(f"the results in this output folder were scored on sequences beginning "
+                              f"with {before or 'no BOS'}, this tokenizer's begin with {prefix or 'no BOS'} "
+                              "(lengen before 2026-11-28 never added it): use another --out")
     model, tokenizer = load(settings, tokenizer)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
@@ -296,6 +330,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "train_length": train_length, "model_type": model.config.model_type,
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
             "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
+            "sequence_prefix": prefix,
             "device": str(device), "transformers": transformers.__version__,
             "environment": run_environment(device)}
     meta.pop("methods"), meta.pop("lengths")
@@ -382,12 +417,23 @@ def corpus_encoder(tokenizer) -> TextEncoder:
     return TextEncoder(encode, name, int(eos))
 
 
+def bos_prefix(tokenizer) -> list[int]:
+    """[BOS] when the tokenizer begins every text it encodes with it (Gemma, Llama: their models
+    were trained so, and Gemma degrades without it), else []. Scored sequences begin with it."""
+    bos = tokenizer.bos_token_id
+    ids = tokenizer("a")["input_ids"]
+    return [int(bos)] if bos is not None and ids and ids[0] == bos else []
+
+
 def sequences(settings: EvalSettings, tokenizer, need: int | None = None) -> list[np.ndarray]:
     """settings.docs sequences of `need` (default max(lengths) + 1) tokens: a context of L tokens
-    and one more target, from the corpus by lengen.data.long_sequences, deterministic."""
+    and one more target, from the corpus by lengen.data.long_sequences, deterministic; each
+    begins with the tokenizer's BOS where it adds one (bos_prefix), then the text."""
     need = need or max(settings.lengths) + 1
     docs = load_documents(settings.corpus, corpus_encoder(tokenizer))
-    seqs = long_sequences(docs.docs, need, settings.docs, docs.eos)
+    prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)
+    seqs = [np.concatenate([prefix, s]) for s in long_sequences(docs.docs, need - len(prefix), settings.docs,
+                                                                 docs.eos)]
     if len(seqs) < settings.docs:
         raise LengenError(f"the corpus {docs.source} gives only {len(seqs)} sequences of {need} tokens, "
                           f"{settings.docs} needed: use a larger --corpus or fewer --docs")

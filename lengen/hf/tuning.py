@@ -38,8 +38,8 @@ from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
-from lengen.hf.evaluate import (EvalSettings, attention_hints, corpus_encoder, greedy_fn, load, load_tokenizer,
-                                nll_fn)
+from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
+                                load_tokenizer, nll_fn)
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
 from lengen.progress import progress_bar
@@ -177,12 +177,20 @@ def _digest(slice_: list[Piece]) -> str:
 def make_slices(settings: TuneSettings, tokenizer) -> tuple[list[Piece], list[Piece], dict]:
     need = settings.length + 1
     enc = corpus_encoder(tokenizer)
+    prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)   # as hf eval's sequences begin
+
+    def cut(d) -> list[Piece]:
+        out = pieces(d.docs, need - len(prefix), d.eos)
+        for p in out:
+            p.tokens = np.concatenate([prefix, p.tokens])
+        return out
+
     docs = load_documents(settings.text, enc)
-    own = pieces(docs.docs, need, docs.eos)
+    own = cut(docs)
     other = None
     if settings.eval_text is not None:
         eval_docs = load_documents(settings.eval_text, enc)
-        other = pieces(eval_docs.docs, need, eval_docs.eos)
+        other = cut(eval_docs)
     tune, evaluation = split_slices(own, settings.tune_docs, settings.eval_docs, other)
     if len(tune) < settings.tune_docs or len(evaluation) < settings.eval_docs:
         raise LengenError(
