@@ -209,8 +209,9 @@ gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands o
     C=(--corpus "$CORPUS")
     for what in "$@"; do
         case "$what" in
-        check)    # the committed CPU rows (docs/data/hf/gemma3-270m-last-segment), on CUDA
-            step gemma-check 60 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --protocol last-segment --segment 128 \
+        check)    # the committed CPU rows (docs/data/hf/gemma3-270m-last-segment), on CUDA; compare them
+            # before trusting the rest (2026-11-28 its 60 s ran out, and a misread tokenizer went unseen)
+            step gemma-check 150 $PY -m lengen hf eval "$M" "${G[@]}" "${C[@]}" --protocol last-segment --segment 128 \
                 --lengths 512 1024 --docs 1 --methods rope dynamic:factor=4 rerope:window=256+logn \
                 --out "$RUNS/gemma3-check" ;;
         lastseg)
