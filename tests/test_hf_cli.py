@@ -203,6 +203,28 @@ def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path, mo
     assert tok.decode(sequences(settings, char_tokenizer())[0].tolist()) == TEXT[:33]
 
 
+def test_last_segment_windows_begin_with_bos_at_every_length(model_dir, tmp_path):
+    """hf eval's last-segment rows at a shorter length score BOS + the text's final tokens, as the
+    longest does: checked against the model's own logits on windows built here."""
+    from lengen.hf.evaluate import EvalSettings, run
+
+    model_path = tmp_path / "bos-model"
+    shutil.copytree(model_dir / "model", model_path)
+    tok = bos_char_tokenizer()
+    tok.save_pretrained(model_path)
+    settings = EvalSettings(str(model_path), ["rope"], [16, 48], corpus=str(model_dir / "corpus"), docs=1,
+                            protocol="last-segment", segment=4)
+    rows = {r["length"]: r["ppl"] for r in run(settings, progress=False)["rows"]}
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_path).eval()
+    text = [tok.convert_tokens_to_ids(c) for c in TEXT[:48]]
+    for L in (16, 48):
+        window = torch.tensor([[tok.bos_token_id] + text[48 - L:]])
+        with torch.no_grad():
+            logp = model(window[:, :-1]).logits[0, -4:].double().log_softmax(-1)
+        nll = -logp[torch.arange(4), window[0, -4:]].mean().item()
+        assert rows[L] == pytest.approx(math.exp(nll), rel=1e-5)
+
+
 def test_resuming_rows_scored_without_bos_is_refused(model_dir, tmp_path, capsys):
     """Rows of an output folder scored before lengen added the BOS (records without
     sequence_prefix) are not mixed with rows that begin with it: exit 2, nothing written."""

@@ -86,6 +86,26 @@ def test_last_segment_scores_the_same_tokens_at_every_length():
     assert len({round(p.nll, 6) for p in plain}) == 3
 
 
+def test_last_segment_windows_keep_the_prefix_at_every_length():
+    """A sequence that begins with BOS (hf eval's, where the tokenizer adds one): every window,
+    not only the longest, is BOS then the final L tokens before the last target, L + 1 in all."""
+    BOS = 256
+    text = list(range(100))
+    seen = []
+
+    def nll(ids, last):
+        seen.append(ids[0].tolist())
+        return torch.zeros(ids.shape[0], last)
+
+    last_segment_perplexity(nll, [[BOS] + text], [8, 32, 100], segment=4, prefix=[BOS])
+    assert seen == [[BOS] + text[100 - 8:], [BOS] + text[100 - 32:], [BOS] + text]
+    seen.clear()
+    last_segment_perplexity(nll, [[BOS] + text], [8], segment=4)   # no prefix: the plain window
+    assert seen == [text[100 - 9:]]
+    with pytest.raises(ValueError, match="begin with the prefix"):
+        last_segment_perplexity(nll, [text], [8], segment=4, prefix=[BOS])
+
+
 def test_protocol_input_errors():
     with pytest.raises(LengenError, match="needs 65"):
         perplexity_vs_length(uniform_fn, counting_seqs(1, 64), [64])

@@ -446,6 +446,7 @@ def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress
         return perplexity_vs_length(nll_fn(model), seqs, [length], progress=progress)[0].ppl
     if settings.protocol == "last-segment":
         return last_segment_perplexity(nll_fn(model), seqs, [length], settings.segment_tokens(),
+                                       prefix=bos_prefix(tokenizer),
                                        progress=progress)[0].ppl
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return passkey_accuracy(greedy_fn(model, pad if pad is not None else 0), tokenizer.encode,

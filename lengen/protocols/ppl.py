@@ -17,6 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+import torch
+
 from lengen.errors import LengenError
 from lengen.protocols.scoring import NllFn, Tokens, as_tensor, score_windows
 
@@ -61,14 +63,23 @@ def perplexity_vs_length(nll_fn: NllFn, sequences: Sequence[Tokens], lengths: Se
 
 
 def last_segment_perplexity(nll_fn: NllFn, sequences: Sequence[Tokens], lengths: Sequence[int],
-                            segment: int, batch_size: int = 1, progress=None) -> list[PplPoint]:
+                            segment: int, batch_size: int = 1, progress=None,
+                            prefix: Sequence[int] = ()) -> list[PplPoint]:
+    """`prefix`: tokens every sequence begins with (a tokenizer's BOS) and every window keeps:
+    the window of length L is the prefix, then the final L + 1 - len(prefix) tokens."""
     _check(sequences, lengths)
     if not 1 <= segment <= min(lengths):
         raise LengenError(f"segment {segment} must be in 1..{min(lengths)} (the shortest context length)")
     seqs = [as_tensor(s) for s in sequences]
+    head = as_tensor(list(prefix)) if prefix else None
+    if head is not None and any(not torch.equal(s[:len(head)], head) for s in seqs):
+        raise ValueError("every sequence must begin with the prefix")
     points = []
     for L in lengths:
-        total, count = score_windows(nll_fn, [s[len(s) - L - 1:] for s in seqs], segment, batch_size)
+        windows = [s[len(s) - L - 1:] for s in seqs]
+        if head is not None:
+            windows = [torch.cat([head, w[len(head):]]) for w in windows]
+        total, count = score_windows(nll_fn, windows, segment, batch_size)
         points.append(PplPoint(L, total / count, count, len(seqs)))
         if progress is not None:
             progress.update(1)
