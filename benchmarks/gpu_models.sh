@@ -19,12 +19,13 @@
 # installed ahead of the device's own packages, so GPU and CPU rows come from the same
 # transformers (the device's 5.17 read Gemma 3's GGUF tokenizer wrongly, docs/huggingface.md).
 # SmolLM2 is in .carry1-2 (.carry2 with a copy of the Python 3.11 standard library's sources, the
-# corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in .carry3-7. `background` runs its steps in a process of their own (setsid), which outlives the
-# call, so later calls carry parts while it runs; `collect` waits for it (at most N seconds) and
-# packs. Each step has its own time limit and writes into /tmp/gpu-models/
-# there, so a later call on the same warm machine resumes it (lengen hf eval and tune resume into
-# their --out); the calls must follow each other within the machine's idle time (idle_release_s
-# in the device tool's status): a fresh machine has no parts and the steps say which are missing.
+# corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in .carry3-7.
+# `background` runs its steps in a process of their own (setsid), which outlives the call, so
+# later calls carry parts while it runs; `collect` waits for it (at most N seconds) and packs.
+# Each step has its own time limit and writes into /tmp/gpu-models/ there, so a later call on the
+# same warm machine resumes it (lengen hf eval and tune resume into their --out); the calls must
+# follow each other within the machine's idle time (idle_release_s in the device tool's status):
+# a fresh machine has no parts and the steps say which are missing.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

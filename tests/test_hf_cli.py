@@ -15,7 +15,7 @@ tokenizers = pytest.importorskip("tokenizers")
 from lengen.cli import main  # noqa: E402
 from lengen.cli.options import parse_lengths  # noqa: E402
 
-from tiny_llama import TEXT, char_tokenizer, save_tiny_llama  # noqa: E402
+from tiny_llama import TEXT, bos_char_tokenizer, char_tokenizer, save_tiny_llama  # noqa: E402
 from guards import ModelLoaded, no_model  # noqa: E402
 
 
@@ -170,18 +170,6 @@ def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_d
     settings.corpus = str(tmp_path / "short")
     with pytest.raises(LengenError, match="gives only 0 sequences of 101 tokens, 2 needed"):
         sequences(settings, tok)
-
-
-def bos_char_tokenizer():
-    """char_tokenizer that begins every encoded text with <bos> (id 99), as Gemma's and Llama's do."""
-    from tokenizers import processors
-    from transformers import PreTrainedTokenizerFast
-
-    inner = char_tokenizer().backend_tokenizer
-    inner.add_special_tokens(["<bos>"])
-    bos = inner.token_to_id("<bos>")
-    inner.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
-    return PreTrainedTokenizerFast(tokenizer_object=inner, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>")
 
 
 def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path, monkeypatch):

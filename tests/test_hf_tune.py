@@ -16,7 +16,7 @@ from lengen.cli import main  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
 
 from guards import ModelLoaded, no_model  # noqa: E402
-from tiny_llama import TEXT, save_tiny_llama  # noqa: E402
+from tiny_llama import TEXT, bos_char_tokenizer, save_tiny_llama  # noqa: E402
 
 CHARS = [chr(i) for i in range(32, 127)] + ["\n"]   # the char tokenizer's ids: 2 + index here
 # three different documents (the tiny_llama corpus repeats one text three times)
@@ -164,8 +164,6 @@ def test_slices_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path):
     """As in hf eval: a tokenizer that begins every text with BOS gets sequences BOS + L tokens of
     the text (the text cut into consecutive pieces of L), scored by hand here."""
     import shutil
-
-    from test_hf_cli import bos_char_tokenizer
 
     from lengen.hf import tune
 

@@ -18,6 +18,18 @@ def char_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
 
 
+def bos_char_tokenizer():
+    """char_tokenizer that begins every encoded text with <bos>, as Gemma's and Llama's do."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    inner = char_tokenizer().backend_tokenizer
+    inner.add_special_tokens(["<bos>"])
+    bos = inner.token_to_id("<bos>")
+    inner.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=inner, unk_token="<unk>", eos_token="<eos>", bos_token="<bos>")
+
+
 def save_tiny_llama(root):
     """root/model (a 2-layer random Llama, 64 positions, and its tokenizer) and root/corpus."""
     import transformers

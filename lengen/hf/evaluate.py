@@ -132,18 +132,15 @@ def gguf_tokenizer_problem(tokenizer_class: str, transformers_version: str) -> s
             "GGUF Gemma models need transformers >= 5.23: pip install -U transformers")
 
 
-def check_model_folder(settings: EvalSettings) -> None:
+def load_tokenizer(settings: EvalSettings):
+    """The model folder's tokenizer alone (cheap: for checks before the model loads); the folder
+    is checked here."""
     folder = Path(settings.model_path)
     if not folder.is_dir():
         raise LengenError(f"{folder} is not a folder; give a local Hugging Face model folder")
     if not settings.gguf_file and not (folder / "config.json").exists():
         raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
                           "written by save_pretrained, or a GGUF file with --gguf-file")
-
-
-def load_tokenizer(settings: EvalSettings):
-    """The model folder's tokenizer alone (cheap: for checks before the model loads)."""
-    check_model_folder(settings)
     try:
         import transformers   # optional (lengen[hf]): imported on use
     except ImportError:
@@ -165,8 +162,7 @@ def load(settings: EvalSettings, tokenizer=None):
         from transformers import AutoModelForCausalLM   # optional (lengen[hf]): imported on use
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
-    check_model_folder(settings)
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)   # checks the folder
     try:
         model = AutoModelForCausalLM.from_pretrained(
             settings.model_path, dtype=getattr(torch, settings.dtype),
@@ -301,15 +297,14 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     todo = [(m, n) for n in settings.lengths for m in settings.methods if (m, n) not in done]
     seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
-    tokenizer = None
-    if settings.protocol in ("passkey", "ruler") and todo and Path(settings.model_path).is_dir():
-        # lengths where no prompt fits the tokenizer: refused before the model loads
-        tokenizer = load_tokenizer(settings)
+    # the tokenizer first: what it refuses, and what it says about the rows, before the model loads
+    tokenizer = load_tokenizer(settings) if Path(settings.model_path).is_dir() else None
+    if settings.protocol in ("passkey", "ruler") and todo and tokenizer is not None:
+        # lengths where no prompt fits the tokenizer
         check_prompts_fit(settings.protocol, tokenizer.encode, sorted({n for _, n in todo}),
                           settings.tasks or (), settings.seed)
     prefix = None   # perplexity: the BOS its sequences begin with (bos_prefix)
-    if settings.protocol in ("ppl", "last-segment") and Path(settings.model_path).is_dir():
-        tokenizer = load_tokenizer(settings)
+    if settings.protocol in ("ppl", "last-segment") and tokenizer is not None:
         prefix = bos_prefix(tokenizer)
         before = (previous or {}).get("meta", {}).get("sequence_prefix", [])   # older results: none
         if previous and previous.get("rows") and todo and before != prefix:
@@ -348,7 +343,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
                 if settings.protocol == "ruler":
                     task_rows = _ruler_rows(settings, model, tokenizer, length, bar)
                 else:
-                    value = _score(settings, model, tokenizer, seqs, length, bar, answers)
+                    value = _score(settings, model, tokenizer, seqs, length, bar, answers, prefix or [])
         finally:
             if not is_plain(method):
                 restore(model)
@@ -441,13 +436,13 @@ def sequences(settings: EvalSettings, tokenizer, need: int | None = None) -> lis
 
 
 def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress,
-           answers: list | None = None) -> float:
+           answers: list | None = None, prefix: list[int] = ()) -> float:
+    """One row's value; `prefix`: the BOS the sequences begin with (bos_prefix), kept in every window."""
     if settings.protocol == "ppl":
         return perplexity_vs_length(nll_fn(model), seqs, [length], progress=progress)[0].ppl
     if settings.protocol == "last-segment":
         return last_segment_perplexity(nll_fn(model), seqs, [length], settings.segment_tokens(),
-                                       prefix=bos_prefix(tokenizer),
-                                       progress=progress)[0].ppl
+                                       progress=progress, prefix=prefix)[0].ppl
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return passkey_accuracy(greedy_fn(model, pad if pad is not None else 0), tokenizer.encode,
                             tokenizer.decode, [length], settings.trials, settings.seed,
