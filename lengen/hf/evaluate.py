@@ -28,6 +28,7 @@ from lengen.errors import LengenError
 from lengen.extrapolation import RopeSpec, build_method, is_plain
 from lengen.hf import banded
 from lengen.hf.arch import decoder_stack, inspect_model
+from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.progress import progress_bar
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
@@ -272,7 +273,7 @@ def greedy_fn(model, pad_token_id: int):
 
 # settings that change what a (method, length) row means: rows are reused only if they agree
 # (device is not one: a row measured on the CPU and on a GPU agree within rounding)
-SAME_RESULTS = ("model_path", "gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
+SAME_RESULTS = ("gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
                 "tasks", "dtype", "attn", "train_length", "precision")
 
 
@@ -288,6 +289,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     key = comparable(settings)
     if previous is not None:
         old = {"precision": "fp32", **(previous["meta"].get("settings") or {})}  # older results: fp32
+        old = legacy_model(old, key, settings.model_path)
         if any(old.get(k) != v for k, v in key.items()):
             raise LengenError(f"the output folder holds results of other settings "
                               f"({_difference(old, key)}); use another --out")
@@ -367,7 +369,7 @@ def comparable(settings: EvalSettings) -> dict:
     """The settings a row depends on: those the protocol uses (lengen.protocols.options.USED_BY)."""
     unused = {k for k, protocols in USED_BY.items() if settings.protocol not in protocols}
     out = {k: getattr(settings, k) for k in SAME_RESULTS if k not in unused}
-    out["model_path"] = str(Path(settings.model_path).resolve())
+    out["model"] = model_fingerprint(settings.model_path, settings.gguf_file)
     if "segment" in out:
         out["segment"] = settings.segment_tokens() if settings.protocol == "last-segment" else None
     out["protocols"] = PROTOCOLS_VERSION

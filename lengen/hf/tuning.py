@@ -40,6 +40,7 @@ from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
                                 load_tokenizer, nll_fn)
+from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
 from lengen.progress import progress_bar
@@ -48,7 +49,7 @@ from lengen.protocols.fitting import check_prompts_fit
 
 CACHE_VERSION = 1
 # what a cached NLL depends on (besides the tokens, hashed): scores are reused only if all agree
-SAME_SCORES = ("model_path", "gguf_file", "length", "segment", "dtype", "attn", "train_length", "precision")
+SAME_SCORES = ("gguf_file", "length", "segment", "dtype", "attn", "train_length", "precision")
 
 
 @dataclass
@@ -212,19 +213,19 @@ def make_slices(settings: TuneSettings, tokenizer) -> tuple[list[Piece], list[Pi
 
 def cache_key(settings: TuneSettings, train_length: int, tune_tokens: str) -> dict:
     key = {k: getattr(settings, k) for k in SAME_SCORES}
-    key.update(model_path=str(Path(settings.model_path).resolve()), segment=settings.segment_tokens(),
+    key.update(model=model_fingerprint(settings.model_path, settings.gguf_file), segment=settings.segment_tokens(),
                train_length=train_length, tune_tokens=tune_tokens, version=CACHE_VERSION)
     return key
 
 
-def load_cache(out: Path, key: dict) -> dict:
+def load_cache(out: Path, key: dict, model_path: str) -> dict:
     """The cache in `out` for these settings (a fresh one if none); LengenError if it holds other settings."""
     path = Path(out) / "tune_cache.json"
     if not path.is_file():
         return {"settings": key, "tune": {}, "eval": {}}
     try:
         cache = io.read_json(path)
-        old = cache["settings"]
+        old = legacy_model(cache["settings"], key, model_path)
     except (ValueError, OSError, KeyError, TypeError):
         raise LengenError(f"{path} is not a lengen hf tune cache; use another --out") from None
     diff = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v]
@@ -288,7 +289,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     tune_slice, eval_slice, slices = make_slices(settings, tokenizer)
     if settings.passkey:   # a length no passkey prompt fits is refused before the model loads
         check_prompts_fit("passkey", tokenizer.encode, [settings.length], (), settings.seed)
-    cache = load_cache(out, cache_key(settings, L0, slices["tune_tokens"]))
+    cache = load_cache(out, cache_key(settings, L0, slices["tune_tokens"]), settings.model_path)
     cache_path = out / "tune_cache.json"
     save = lambda *_: io.write_json(cache_path, cache)   # noqa: E731
 
