@@ -111,7 +111,7 @@ def model_rows(args) -> list:
     task = ReverseString()
     rows = []
     for pe in args.encodings:
-        cfg = ModelConfig(pe=pe, train_length=2 * 40)
+        cfg = ModelConfig(pe=pe, train_tokens=2 * 40)
         torch.manual_seed(0)
         model = CHEModel(cfg, task.input_vocab_size, task.output_vocab_size)
         opt = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -164,6 +164,11 @@ def model_rows(args) -> list:
     return rows
 
 
+def threads() -> str:
+    n = torch.get_num_threads()
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
 def table(headers, rows) -> str:
     cells = [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
@@ -200,12 +205,15 @@ def main():
     if not args.skip_attention:
         print("\nattention per layer:")
         att = attention_rows(args)
-        out += ["", table(["case", "shape [B,H,T,Dqk/Dv]", "pass", "SDPA ms", "kernel ms", "speedup",
+        out += ["", f"attention per layer (best of {args.rounds} interleaved rounds), torch {torch.__version__}, "
+                    f"{threads()}", table(["case", "shape [B,H,T,Dqk/Dv]", "pass", "SDPA ms", "kernel ms", "speedup",
                            "SDPA cpu ms", "kernel cpu ms", "speedup (cpu)"], att)]
     if not args.skip_model:
         print("\nCHE model end to end:")
         mod = model_rows(args)
-        out += ["", table(["encoding", "train steps/s SDPA", "kernel", "x", "eval samples/s SDPA", "kernel", "x",
+        out += ["", f"CHE model end to end ({args.steps} training steps per round, best of {args.rounds} "
+                    f"interleaved rounds), torch {torch.__version__}, {threads()}",
+                table(["encoding", "train steps/s SDPA", "kernel", "x", "eval samples/s SDPA", "kernel", "x",
                            "train x (cpu)", "eval x (cpu)"], mod)]
     print("\n".join(out))
 

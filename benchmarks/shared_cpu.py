@@ -58,7 +58,7 @@ def main() -> None:
             if hog:
                 hog.kill()
                 hog.wait()
-    print(f"\n{os.cpu_count()} cores, {args.steps} training steps per row\n")
+    print(f"\n{os.cpu_count()} cores, {args.steps} training steps per row")   # the caption, right above
     print(format_table(["machine", "setting", "train seconds", "steps/s"], rows))
 
 

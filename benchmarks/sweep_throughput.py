@@ -47,6 +47,10 @@ def cpu_bench(args) -> None:
     base = float(rows[0][3])
     for r in rows:
         r.append(f"{float(r[3]) / base:.2f}x")
+    import torch
+    # the caption, right above the table (docs' bench blocks take the line above a table)
+    print(f"\nruoss2023-mini slice (seed 0, {args.tasks} task(s)), {cpu_count()} cores, 1 thread per run, "
+          f"torch {torch.__version__}")
     print(format_table(["how", "runs", "wall s", "runs/hour", "vs 1 worker"], rows))
 
 

@@ -18,7 +18,9 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 a committed `lengen hf tune` (docs/data/hftune/NAME), `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
-rests on. tests/test_docs_data.py runs --check, and checks that changing a committed score or a
+rests on. A table of measured numbers outside a block fails --check unless a line
+`<!-- hand-written: WHY -->` right above it says why it is not data (a constant, a quote, dated
+history). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
 number in a block makes it fail.
 """
 
@@ -333,6 +335,40 @@ def _build(docs: Path, blocks: Blocks, check: bool, only: str | None = None) -> 
     return changed
 
 
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
+MARK = "<!-- hand-written:"
+
+
+def unmarked_tables(docs: Path) -> list[str]:
+    """"page:line" of each markdown table outside generated blocks and code fences whose rows hold
+    a decimal number and that no `<!-- hand-written: WHY -->` line (WHY: a constant, a quote,
+    dated history) marks within the 4 lines above it: numbers copied by hand from a run."""
+    found = []
+    for page in sorted(docs.glob("*.md")):
+        lines = page.read_text().splitlines()
+        fence = generated = False
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            if line.lstrip().startswith("```"):
+                fence = not fence
+            elif line.startswith("<!-- generated:"):
+                generated = True
+            elif line.startswith("<!-- end generated"):
+                generated = False
+            elif line.lstrip().startswith("|") and not (fence or generated):
+                end = i
+                while end < len(lines) and lines[end].lstrip().startswith("|"):
+                    end += 1
+                if (any(DECIMAL.search(row) for row in lines[i + 2:end])
+                        and not any(MARK in lines[k] for k in range(max(0, i - 4), i))):
+                    found.append(f"{page.name}:{i + 1}")
+                i = end
+                continue
+            i += 1
+    return found
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its data")
@@ -347,10 +383,14 @@ def main(argv=None) -> int:
     except BlockError as e:
         print(e, file=sys.stderr)
         return 2
+    copied = unmarked_tables(args.docs) if args.only is None else []
+    for c in copied:
+        print(f"hand-copied: {c}: a table of measured numbers outside a generated block (make it a "
+              "block from committed data, or mark it <!-- hand-written: why -->)")
     if args.check:
         for c in changed:
             print(f"stale: {c} (rebuild: python scripts/build_docs.py)")
-        return 1 if changed else 0
+        return 1 if changed or copied else 0
     for c in changed:
         print(f"rewrote {c}")
     if not args.no_figures and args.only is None:

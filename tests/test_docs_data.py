@@ -286,3 +286,25 @@ def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
     add_block(copy / "performance.md", "bench ../../etc/passwd")
     done = check(copy, copy / "data", only="../../etc/passwd")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr and "under docs/data" in done.stderr
+
+
+def test_a_hand_copied_table_of_measurements_is_found_until_it_is_marked(tmp_path):
+    """A table of decimal numbers outside a generated block (and outside code) is a number copied
+    by hand: --check names it (test_every_generated_block_matches_its_committed_data runs it on
+    docs/); a `<!-- hand-written: why -->` line above it, a code fence around it, a generated
+    block around it, or integers only, pass."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_docs import unmarked_tables
+
+    page = tmp_path / "performance.md"
+    table = "| encoding | steps/s |\n|---|---|\n| rope | 7.41 |\n"
+    page.write_text("# Speed\n\nMeasured today:\n\n" + table)
+    assert unmarked_tables(tmp_path) == ["performance.md:5"]
+    for ok in ("<!-- hand-written: history, 2026-11-21 -->\n\n" + table, "```\n" + table + "```\n",
+               "<!-- generated: bench x.txt -->\n" + table + "<!-- end generated -->\n",
+               "| option | default |\n|---|---|\n| steps | 1000 |\n"):
+        page.write_text("# Speed\n\n" + ok)
+        assert unmarked_tables(tmp_path) == [], ok
+    # the mark covers the table right below it, not the next one
+    page.write_text("<!-- hand-written: a constant -->\n\n" + table + "\ntext\n\nmore text\n\n" + table)
+    assert unmarked_tables(tmp_path) == ["performance.md:11"]
