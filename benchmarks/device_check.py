@@ -5,6 +5,8 @@ encodings. Prints markdown tables (steps/s, first and last loss, accuracy) for d
 
     python benchmarks/device_check.py --device cuda            # on a GPU machine
     python benchmarks/device_check.py --device cpu --steps 20  # the same checks on the CPU
+    python benchmarks/device_check.py --part precision         # one table per output file (docs'
+                                                               # bench blocks render a file's first)
 """
 
 from __future__ import annotations
@@ -41,12 +43,20 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--max-length", type=int, default=60)
+    ap.add_argument("--part", choices=("both", "encodings", "precision"), default="both",
+                    help="every encoding x positions, fp32/tf32/bf16 for three encodings, or both")
     args = ap.parse_args()
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"device {device} ({name}), torch {torch.__version__}, {args.steps} steps per run\n")
+    caption = f"device {device} ({name}), torch {torch.__version__}, {args.steps} steps per run"
     root = Path(tempfile.mkdtemp(prefix="lengen-device-check-"))
+    if args.part in ("both", "encodings"):
+        encodings_table(args, device, root, caption)
+    if args.part in ("both", "precision"):
+        precision_table(args, device, root, caption)
 
+
+def encodings_table(args, device, root: Path, caption: str) -> None:
     rows = []
     for pe in ENCODINGS.names():
         for positions in ("standard", "randomized"):
@@ -61,10 +71,12 @@ def main() -> None:
                          rec["accuracy_in_train_range"], cpu["accuracy_in_train_range"], rec["score"], cpu["score"]])
             print(f"  {pe:13s} {positions:10s} {r['steps_per_s']:7.1f} steps/s  loss {r['first_loss']:.3f} -> "
                   f"{r['last_loss']:.3f}", flush=True)
-    print()
+    print(f"\n{caption}, every encoding")   # the caption right above its table
     print(format_table(["encoding", "positions", "steps/s", "first loss", "last loss", "acc 1-40",
                         "acc 1-40 (ckpt on cpu)", "score 41+", "score 41+ (ckpt on cpu)"], rows))
 
+
+def precision_table(args, device, root: Path, caption: str) -> None:
     rows = []
     for pe in ("rope", "alibi", "relative"):
         for precision in ("fp32", "tf32", "bf16"):
@@ -72,7 +84,7 @@ def main() -> None:
                         precision=precision)
             rows.append([pe, precision, f"{r['steps_per_s']:.1f}", f"{r['first_loss']:.3f}", f"{r['last_loss']:.3f}",
                          r["record"]["accuracy_in_train_range"]])
-    print()
+    print(f"\n{caption}, by precision")
     print(format_table(["encoding", "precision", "steps/s", "first loss", "last loss", "acc 1-40"], rows))
 
 

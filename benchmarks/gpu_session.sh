@@ -8,6 +8,8 @@
 #                                           # session lent 15 device-minutes (start-up included)
 #   bash benchmarks/gpu_session.sh sweeps   # sweeps of groups sharing the GPU: --group-size x
 #                                           # --runs-per-gpu (sweep_throughput.py)
+#   bash benchmarks/gpu_session.sh devices  # docs/devices.md's two tables and docs/sweeps.md's K runs
+#                                           # sharing a GPU, each into its own raw file (bench blocks)
 #   bash benchmarks/gpu_session.sh flex     # flex speed one length per process (the first compile of
 #                                           # each method's passes took the whole 90 s of `once` on
 #                                           # 2026-11-28; inductor's disk cache serves later lengths)
@@ -17,8 +19,8 @@
 # so one slow step cannot eat the others' time; a step that times out says so in its log.
 set -u
 case "${1:-}" in
-checks | many | once | flex | sweeps) ;;
-*) echo "usage: bash benchmarks/gpu_session.sh checks|many|once|flex|sweeps" >&2; exit 2 ;;
+checks | many | once | flex | sweeps | devices) ;;
+*) echo "usage: bash benchmarks/gpu_session.sh checks|many|once|flex|sweeps|devices" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -76,6 +78,12 @@ flex)  # limits add up to 400 s: run with timeout_s 430
         --lengths 16384,65536 --repeats 2 --methods "yarn:factor=8;rerope:window=2048;self_extend:group=8,window=1024"
     step many_tf32 40 $PY benchmarks/train_many.py --device cuda --encodings rope \
         --sizes 512 --buckets auto --steps 10 --warmup 2 --solo-models 1 --precision tf32
+    ;;
+devices)  # limits add up to 420 s: run with timeout_s 460. The tables docs/devices.md and
+    # docs/sweeps.md hold as hand-copied history (H100, 2026-11-23), measured again
+    step devices_encodings 200 $PY benchmarks/device_check.py --device cuda --steps 150 --max-length 50 --part encodings
+    step devices_precision 80 $PY benchmarks/device_check.py --device cuda --steps 150 --max-length 50 --part precision
+    step sweeps_k 140 $PY benchmarks/sweep_throughput.py --device cuda --ks 1,2,4,8,16 --steps 300
     ;;
 sweeps)  # limits add up to 380 s: run with timeout_s 420
     # K processes sharing the GPU, each training a group of G runs (seeds): what the CUDA defaults
