@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from lengen.errors import LengenError
@@ -28,15 +30,25 @@ def long_sequences(docs: list[np.ndarray], length: int, count: int, eos: int) ->
     their own (their first `length` tokens, in order); then, if more are needed, consecutive
     shorter documents joined by EOS. Fewer are returned when the documents run out."""
     out = [d[:length].astype(np.int64) for d in docs if len(d) >= length][:count]
-    buf: list[np.ndarray] = []
-    size = 0
-    for d in (d for d in docs if len(d) < length):
+    for _, joined in joined_short_documents(docs, length, eos):
         if len(out) >= count:
             break
-        buf.append(d)
+        out.append(joined)
+    return out
+
+
+def joined_short_documents(docs: list[np.ndarray], length: int, eos: int) -> Iterator[tuple[tuple[int, ...], np.ndarray]]:
+    """The documents shorter than `length`, in order, consecutive ones joined (each followed by
+    EOS) until there are `length` tokens: (their indices, the first `length` tokens, int64). A
+    remainder too short for `length` is dropped."""
+    buf: list[int] = []
+    size = 0
+    for i, d in enumerate(docs):
+        if len(d) >= length:
+            continue
+        buf.append(i)
         size += len(d) + 1
         if size >= length:
-            joined = np.concatenate([p for x in buf for p in (x, np.array([eos], dtype=x.dtype))])
-            out.append(joined[:length].astype(np.int64))
+            joined = np.concatenate([p for j in buf for p in (docs[j], np.array([eos], dtype=docs[j].dtype))])
+            yield tuple(buf), joined[:length].astype(np.int64)
             buf, size = [], 0
-    return out

@@ -33,6 +33,7 @@ import torch
 
 from lengen import io
 from lengen.data import load_documents
+from lengen.data.batches import joined_short_documents
 from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
@@ -140,16 +141,7 @@ def pieces(docs: list[np.ndarray], need: int, eos: int) -> list[Piece]:
     shorter documents joined by EOS, as lengen.data.long_sequences does, consecutive ones together."""
     out = [Piece(d[k * need:(k + 1) * need].astype(np.int64), (i,), k * need)
            for i, d in enumerate(docs) if len(d) >= need for k in range(len(d) // need)]
-    buf: list[int] = []
-    for i, d in enumerate(docs):
-        if len(d) >= need:
-            continue
-        buf.append(i)
-        if sum(len(docs[j]) + 1 for j in buf) >= need:
-            joined = np.concatenate([p for j in buf for p in (docs[j], np.array([eos], dtype=docs[j].dtype))])
-            out.append(Piece(joined[:need].astype(np.int64), tuple(buf), 0))
-            buf = []
-    return out
+    return out + [Piece(tokens, indices, 0) for indices, tokens in joined_short_documents(docs, need, eos)]
 
 
 def split_slices(tune_from: list[Piece], n_tune: int, n_eval: int,
