@@ -129,3 +129,35 @@ def test_a_tune_cache_resumes_from_a_copy_of_the_model_elsewhere(model_dir, tmp_
     capsys.readouterr()
     assert main(args(tuned)) == 2
     assert "holds scores of other settings (model: 'sha256:" in capsys.readouterr().err
+
+
+def test_eval_results_follow_the_token_sequences_not_the_corpus_path(model_dir, tmp_path, capsys):
+    """A copy of the corpus at another path resumes the rows; another text is refused before the
+    model loads, nothing written; a record without sequences_digest compares the corpus path."""
+    out = tmp_path / "out"
+    assert main(eval_args(model_dir / "model", out, "rope", corpus=model_dir / "texts")) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert len(record["meta"]["sequences_digest"]) == 20
+    moved = shutil.copytree(model_dir / "texts", tmp_path / "elsewhere")
+    assert main(eval_args(model_dir / "model", out, "rope", "pi:factor=2", corpus=moved)) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == ["rope", "rope", "pi:factor=2", "pi:factor=2"] and rows[:2] == record["rows"]
+    # another text: the first document changed by one character
+    other = shutil.copytree(model_dir / "texts", tmp_path / "other")
+    text = (other / "a.txt").read_text()
+    (other / "a.txt").write_text("y" + text[1:])
+    before = (out / "results.json").read_text()
+    capsys.readouterr()
+    assert main(eval_args(model_dir / "model", out, "rope", "yarn:factor=2", corpus=other)) == 2
+    err = capsys.readouterr().err
+    assert "scored on other token sequences" in err and "Loading weights" not in err
+    assert (out / "results.json").read_text() == before
+    # an older record (no digest): the corpus as given must be the same
+    old = json.loads(before)
+    del old["meta"]["sequences_digest"]
+    old["meta"]["settings"]["corpus"] = str(model_dir / "texts")
+    (out / "results.json").write_text(json.dumps(old))
+    assert main(eval_args(model_dir / "model", out, "rope", "yarn:factor=2", corpus=moved)) == 2
+    assert f"corpus: '{model_dir / 'texts'}' there" in capsys.readouterr().err
+    assert main(eval_args(model_dir / "model", out, "rope", "yarn:factor=2", corpus=model_dir / "texts")) == 0
+    assert "sequences_digest" in json.loads((out / "results.json").read_text())["meta"]

@@ -273,7 +273,8 @@ def greedy_fn(model, pad_token_id: int):
 
 # settings that change what a (method, length) row means: rows are reused only if they agree
 # (device is not one: a row measured on the CPU and on a GPU agree within rounding)
-SAME_RESULTS = ("gguf_file", "protocol", "corpus", "docs", "segment", "trials", "seed",
+# (the corpus is not one: rows follow the token sequences they were scored on, sequences_digest)
+SAME_RESULTS = ("gguf_file", "protocol", "docs", "segment", "trials", "seed",
                 "tasks", "dtype", "attn", "train_length", "precision")
 
 
@@ -313,7 +314,12 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             raise LengenError(f"the results in this output folder were scored on sequences beginning "
                               f"with {before or 'no BOS'}, this tokenizer's begin with {prefix or 'no BOS'} "
                               "(lengen before 2026-11-28 never added it): use another --out")
+    seqs = None   # perplexity: built before the model loads where the tokenizer is at hand
+    if seq_tokens and todo and tokenizer is not None:
+        seqs = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model, tokenizer = load(settings, tokenizer)
+    if seq_tokens and todo and seqs is None:
+        seqs = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
@@ -328,12 +334,13 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
             "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
             "sequence_prefix": prefix,
+            "sequences_digest": (sequences_digest(seqs) if seqs is not None
+                                 else (previous or {}).get("meta", {}).get("sequences_digest")),
             "device": str(device), "transformers": transformers.__version__,
             "environment": run_environment(device)}
     meta.pop("methods"), meta.pop("lengths")
     result = {"meta": meta, "rows": rows}
     bar = progress_bar(len(todo), "hf eval", disable=not progress or not todo, unit="length")
-    seqs = sequences(settings, tokenizer, seq_tokens) if seq_tokens and todo else None
     for method, length in todo:
         bar.set_description(f"{method} @ {length}")
         if not is_plain(method):
@@ -391,6 +398,33 @@ def _sequence_tokens(settings: EvalSettings, previous: dict | None) -> int | Non
                           f"tokens (lengths up to {before - 1}); length {need - 1} needs longer "
                           "sequences, which changes the documents and targets: use another --out")
     return before
+
+
+def sequences_digest(seqs: list[np.ndarray]) -> str:
+    """What perplexity rows were scored on: the token ids of every sequence, hashed."""
+    h = hashlib.sha256()
+    for s in seqs:
+        h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
+    return h.hexdigest()[:20]
+
+
+def _checked_sequences(settings: EvalSettings, tokenizer, need: int, previous: dict | None) -> list[np.ndarray]:
+    """The corpus sequences, refused if the rows being resumed were scored on others: another
+    corpus, another Python's standard library, another tokenization. A copy of the same text at
+    another path is the same sequences."""
+    seqs = sequences(settings, tokenizer, need)
+    if not previous or not previous.get("rows"):
+        return seqs
+    before = previous["meta"].get("sequences_digest")
+    if before is None:   # results written before 2026-11-28 name the corpus by the path given
+        old = (previous["meta"].get("settings") or {}).get("corpus")
+        if old != settings.corpus:
+            raise LengenError(f"the output folder holds results of other settings (corpus: {old!r} there, "
+                              f"{settings.corpus!r} now); use another --out")
+    elif before != sequences_digest(seqs):
+        raise LengenError("the results in this output folder were scored on other token sequences (another "
+                          "corpus, another Python's standard library or another tokenization); use another --out")
+    return seqs
 
 
 def _difference(old: dict, new: dict) -> str:
