@@ -315,11 +315,12 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
                               f"with {before or 'no BOS'}, this tokenizer's begin with {prefix or 'no BOS'} "
                               "(lengen before 2026-11-28 never added it): use another --out")
     seqs = None   # perplexity: built before the model loads where the tokenizer is at hand
+    digest = (previous or {}).get("meta", {}).get("sequences_digest")   # kept when nothing is scored
     if seq_tokens and todo and tokenizer is not None:
-        seqs = _checked_sequences(settings, tokenizer, seq_tokens, previous)
+        seqs, digest = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model, tokenizer = load(settings, tokenizer)
     if seq_tokens and todo and seqs is None:
-        seqs = _checked_sequences(settings, tokenizer, seq_tokens, previous)
+        seqs, digest = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
@@ -334,8 +335,7 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
             "segment": settings.segment_tokens() if settings.protocol == "last-segment" else None,
             "corpus": settings.corpus or str(stdlib_root()), "sequence_tokens": seq_tokens,
             "sequence_prefix": prefix,
-            "sequences_digest": (sequences_digest(seqs) if seqs is not None
-                                 else (previous or {}).get("meta", {}).get("sequences_digest")),
+            "sequences_digest": digest,
             "device": str(device), "transformers": transformers.__version__,
             "environment": run_environment(device)}
     meta.pop("methods"), meta.pop("lengths")
@@ -401,30 +401,33 @@ def _sequence_tokens(settings: EvalSettings, previous: dict | None) -> int | Non
 
 
 def sequences_digest(seqs: list[np.ndarray]) -> str:
-    """What perplexity rows were scored on: the token ids of every sequence, hashed."""
+    """What perplexity rows (and hf tune's slices) were scored on: the token ids of every
+    sequence, hashed."""
     h = hashlib.sha256()
     for s in seqs:
         h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
     return h.hexdigest()[:20]
 
 
-def _checked_sequences(settings: EvalSettings, tokenizer, need: int, previous: dict | None) -> list[np.ndarray]:
-    """The corpus sequences, refused if the rows being resumed were scored on others: another
-    corpus, another Python's standard library, another tokenization. A copy of the same text at
-    another path is the same sequences."""
+def _checked_sequences(settings: EvalSettings, tokenizer, need: int,
+                       previous: dict | None) -> tuple[list[np.ndarray], str]:
+    """The corpus sequences and their digest, refused if the rows being resumed were scored on
+    others: another corpus, another Python's standard library, another tokenization. A copy of
+    the same text at another path is the same sequences."""
     seqs = sequences(settings, tokenizer, need)
+    digest = sequences_digest(seqs)
     if not previous or not previous.get("rows"):
-        return seqs
+        return seqs, digest
     before = previous["meta"].get("sequences_digest")
     if before is None:   # results written before 2026-11-28 name the corpus by the path given
         old = (previous["meta"].get("settings") or {}).get("corpus")
         if old != settings.corpus:
             raise LengenError(f"the output folder holds results of other settings (corpus: {old!r} there, "
                               f"{settings.corpus!r} now); use another --out")
-    elif before != sequences_digest(seqs):
+    elif before != digest:
         raise LengenError("the results in this output folder were scored on other token sequences (another "
                           "corpus, another Python's standard library or another tokenization); use another --out")
-    return seqs
+    return seqs, digest
 
 
 def _difference(old: dict, new: dict) -> str:

@@ -21,7 +21,6 @@ further). Another model, length, segment, text or precision is refused for that 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 import time
@@ -40,7 +39,7 @@ from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
-                                load_tokenizer, nll_fn)
+                                load_tokenizer, nll_fn, sequences_digest)
 from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
@@ -161,10 +160,7 @@ def _describe(p: Piece, names: list[str]) -> dict:
 
 
 def _digest(slice_: list[Piece]) -> str:
-    h = hashlib.sha256()
-    for p in slice_:
-        h.update(np.ascontiguousarray(p.tokens, dtype=np.int64).tobytes())
-    return h.hexdigest()[:20]
+    return sequences_digest([p.tokens for p in slice_])
 
 
 def make_slices(settings: TuneSettings, tokenizer) -> tuple[list[Piece], list[Piece], dict]:
