@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lengen import kernels
+from lengen.formats import count_noun
 from lengen.kernels import small_attention
 
 
@@ -200,7 +201,7 @@ def main():
     if not kernels.available():
         raise SystemExit(f"the kernel is unavailable: {small_attention._lib_error}")
     print(f"kernel ready in {time.perf_counter() - t0:.1f} s ({small_attention.build_dir()})")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {count_noun(torch.get_num_threads(), 'thread')}")
     out = []
     if not args.skip_attention:
         print("\nattention per layer:")

@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from lengen.formats import format_table
+from lengen.formats import count_noun, format_table
 
 
 def build_model(layers: int):
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
                         "sdpa peak MB", "banded peak MB", "max abs dlogit"], rows))
     what = f"{args.gguf_file or args.model} (its decoder)" if args.model \
         else f"random Gemma 3 layout, {args.layers} layers"
-    print(f"{what}; torch {torch.__version__}, {args.threads} thread(s), min of {args.repeats} calls "
+    print(f"{what}; torch {torch.__version__}, {count_noun(args.threads, 'thread')}, min of {args.repeats} calls "
           f"after a warm-up; {datetime.date.today()}")
 
 

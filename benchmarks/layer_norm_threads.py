@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from lengen.formats import format_table
+from lengen.formats import count_noun, format_table
 from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
 from lengen.training.loop import train_step
@@ -79,7 +79,7 @@ def main():
     base = statistics.median(times["torch LayerNorm"])
     rows = [[name, f"{statistics.median(t) * 1000:.0f}", f"{min(t) * 1000:.0f}", f"{max(t) * 1000:.0f}",
              f"{statistics.median(t) / base:.2f}x"] for name, t in times.items()]
-    print(f"\nreverse_string, the seed paper's model (rope), batch 128, {args.threads} threads, "
+    print(f"\nreverse_string, the seed paper's model (rope), batch 128, {count_noun(args.threads, 'thread')}, "
           f"{args.rounds} alternating rounds of {args.steps} steps:")
     print(format_table(["LayerNorm", "ms/step median", "min", "max", "vs torch"], rows))
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from lengen.formats import format_table
+from lengen.formats import count_noun, format_table
 from lengen.devices import resolve_device
 from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
@@ -215,7 +215,7 @@ def main():
     print()
     print(f"{args.task}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
           f"U{{1..{args.train_length}}}, {args.positions} positions, dropout {args.dropout}, "
-          f"device {device}, {args.precision}, {torch.get_num_threads()} threads, {args.steps} timed steps")
+          f"device {device}, {args.precision}, {count_noun(torch.get_num_threads(), 'thread')}, {args.steps} timed steps")
     print(format_table(["encoding", "N", "buckets", "model-steps/s", "vs one at a time", "host only",
                         "GFLOP/model-step", "TFLOP/s", "peak MB/model"], rows))
     print("host only: model-steps/s of the host's part alone (draws, bucket plan, padding; no model): "

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lengen.cli.options import format_table
+from lengen.formats import count_noun
 from lengen.encodings import ENCODINGS
 from lengen.encodings.sincos import sinusoid_table
 from lengen.models import ARCHITECTURES, CHEModel, ModelConfig, build_model
@@ -163,7 +164,7 @@ def main():
         measure(label, "standard", lambda: CHEModel(cfg, task.input_vocab_size, task.output_vocab_size), standard)
     table = [[r[0], r[1], r[2], r[2] / base_train, r[3], r[3] / base_eval] for r in rows]
     print(f"\n{args.task}, batch {args.batch_size}, lengths 1..{args.train_length}; eval at length "
-          f"{args.eval_length}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"{args.eval_length}; torch {torch.__version__}, {count_noun(torch.get_num_threads(), 'thread')}")
     print(format_table(["model / encoding", "positions", "train steps/s", "x plain", "eval samples/s", "x plain"],
                        table, floatfmt="{:.2f}"))
 

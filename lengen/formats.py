@@ -22,6 +22,11 @@ def parse_value(text: str):
         return text
 
 
+def count_noun(n: int, noun: str) -> str:
+    """'1 thread', '2 threads', '0 threads': captions read as English."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def format_table(headers: list[str], rows: list[list], floatfmt: str = "{:.3f}") -> str:
     """A GitHub-markdown table, the shape papers' tables are copied into."""
     cells = [[floatfmt.format(c) if isinstance(c, float) else ("-" if c is None else str(c)) for c in r]

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lengen import io  # noqa: E402
+from lengen.formats import count_noun  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
 from lengen.hf.tuning import evaluation_source  # noqa: E402
@@ -139,8 +140,8 @@ class Blocks:
                 ["final training loss (mean of the last logged steps)", f"{rec['train_loss']:.3f} nats"]]
         return (markdown_rows(["", "value"], rows) +
                 f"\n{rec['parameters']:,} parameters, {rec['steps']} steps, {rec['train_seconds']:,.0f} s of training; "
-                f"lengen {(env['lengen_commit'] or '')[:12]}, torch {env['torch']}, {env['device']}, {env['threads']} "
-                f"thread{'s' if env['threads'] != 1 else ''}\n")
+                f"lengen {(env['lengen_commit'] or '')[:12]}, torch {env['torch']}, {env['device']}, "
+                f"{count_noun(env['threads'], 'thread')}\n")
 
     def lmeval(self, run: str, protocol: str) -> str:
         """`lmeval RUN PROTOCOL`: the methods x lengths table of a committed `lengen lm eval`
@@ -156,10 +157,9 @@ class Blocks:
         result = io.read_json(self.data / "hf" / name / "results.json")
         meta, env = result["meta"], result["meta"]["environment"]
         model = meta.get("gguf_file") or Path(meta["model_path"]).name
-        size = (f"{meta['trials']} prompt{'s' if meta['trials'] != 1 else ''} per cell"
-                if meta["protocol"] in ("passkey", "ruler") else
-                f"{meta['docs']} document{'s' if meta['docs'] != 1 else ''}")
-        threads = f", {env['threads']} thread{'s' if env['threads'] != 1 else ''}" if env["device"] == "cpu" else ""
+        size = (f"{count_noun(meta['trials'], 'prompt')} per cell"
+                if meta["protocol"] in ("passkey", "ruler") else count_noun(meta['docs'], 'document'))
+        threads = f", {count_noun(env['threads'], 'thread')}" if env["device"] == "cpu" else ""
         seconds = sum(r["seconds"] for r in {(r["method"], r["length"]): r for r in result["rows"]}.values())
         return (hf_result_table(result).rstrip("\n") + f"\n\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
@@ -216,7 +216,7 @@ class Blocks:
             parts = [f"{c.replace('_commit', '')} {v}" for c, v in zip(cols, values) if v and c != "threads"]
             threads = dict(zip(cols, values)).get("threads", "")
             lines.append(f"- {len(group)} runs: " + ", ".join(parts) +
-                         (f", {threads} CPU thread{'s' if threads != '1' else ''} per run" if threads else ""))
+                         (f", {count_noun(int(threads), 'CPU thread')} per run" if threads else ""))
         return "\n".join(lines) + "\n"
 
     def demo(self, folder: str) -> str:
@@ -229,7 +229,7 @@ class Blocks:
         env = runs["standard"]["environment"]
         header = ["lengths", "rope (standard positions)", "rope (randomized positions)"]
         return (markdown_rows(header, rows) + f"\nlengen {env['lengen_commit']}, torch {env['torch']}, "
-                f"{env['device']}, {env['threads']} thread{'s' if env['threads'] > 1 else ''}\n")
+                f"{env['device']}, {count_noun(env['threads'], 'thread')}\n")
 
     def bench(self, path: str) -> str:
         """`bench PATH`: the table a benchmark script printed, from its raw output committed under

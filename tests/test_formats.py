@@ -28,3 +28,10 @@ def test_method_specs_and_cli_options_parse_alike():
 def test_format_table():
     assert format_table(["a", "bb"], [[1, 0.5], [None, "x"]]) == (
         "| a | bb    |\n|---|-------|\n| 1 | 0.500 |\n| - | x     |")
+
+
+@pytest.mark.parametrize("n,text", [(0, "0 threads"), (1, "1 thread"), (2, "2 threads"), (16, "16 threads")])
+def test_count_noun(n, text):
+    from lengen.formats import count_noun
+
+    assert count_noun(n, "thread") == text

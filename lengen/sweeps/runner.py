@@ -13,6 +13,7 @@ import torch
 from lengen import io
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
+from lengen.formats import count_noun
 from lengen.progress import progress_bar
 from lengen.sweeps.spec import SweepSpec, expand
 from lengen.sweeps.grouping import default_group_size, plan_groups
@@ -141,7 +142,7 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     jobs = [{**job(spec, group), "stop_at": stop_at} for group in plan_groups(todo, spec.command, sweep, size)]
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
     counts = {"done": len(runs) - len(todo), "failed": 0, "stopped": 0}
-    where = (f"{workers} workers x {threads} threads on {', '.join(devices)}" if opts.backend == "local"
+    where = (f"{count_noun(workers, 'worker')} x {count_noun(threads, 'thread')} on {', '.join(devices)}" if opts.backend == "local"
              else f"Ray ({opts.ray_address or os.environ.get('RAY_ADDRESS') or 'local instance'})")
     grouped = f", in {len(jobs)} groups of up to {size}" if len(jobs) < len(todo) else ""
     print(f"sweep {spec.name}: {len(runs)} runs, {counts['done']} done, {len(todo)} to run{grouped} ({where})")
