@@ -97,7 +97,7 @@ class Blocks:
             return markdown(table, bold_max=False, average=False)
         if what == "paper":
             t1 = agg.table1(runs)
-            cmp = pub.compare(t1)
+            cmp = pub.compare(t1, runs)
             return che.comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"])
         if what == "compare":
             a, b = args

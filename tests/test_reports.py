@@ -119,6 +119,24 @@ def test_comparison_with_the_published_table():
     assert cmp["solved"]["measured"] == {"even_pairs": [], "bucket_sort": ["r_rope"]}
     other = t1.rename(columns={"rope": "rope, key_norm=True"})
     assert not comparable(other)
+    assert cmp["protocol"] is None  # no runs given
+
+
+def test_the_comparison_says_where_the_protocol_is_not_the_papers():
+    runs = hand_runs()  # lr 1e-4 and 3e-4, 100 steps, U{1..20} tested to 60, seeds 0-1
+    assert compare(agg.table1(runs), runs)["protocol"] == [
+        "lr 0.0001, 0.0003 (paper: the best of 0.0001, 0.0003, 0.0005)", "100 steps (paper: 2,000,000)",
+        "training lengths 1..20, test 21..60 (paper: 1..40, test 41..500)", "2 seeds (paper: 10)"]
+    paper = pd.concat([runs.assign(lr=lr, seed=runs["seed"] + 2 * k, steps=2_000_000, train_length=40,
+                                   max_length=500)
+                       for k, lr in enumerate(np.repeat([1e-4, 3e-4, 5e-4], 2))], ignore_index=True)
+    assert paper["seed"].nunique() == 12
+    assert compare(agg.table1(paper), paper)["protocol"] == ["12 seeds (paper: 10)"]
+    paper = paper[paper["seed"] < 10]
+    assert compare(agg.table1(paper), paper)["protocol"] == []
+    from lengen.reports.che import comparison_text
+    text = comparison_text(compare(agg.table1(runs), runs))
+    assert text.startswith("- Not the paper's protocol: lr 0.0001, 0.0003 (paper") and "beats" not in text
 
 
 # -- the command and the page -----------------------------------------------------------------

@@ -75,13 +75,19 @@ def lr_markdown(lrs: pd.DataFrame) -> str:
 def comparison_text(cmp: dict) -> str:
     g = cmp["mean_gain"]
     lines = []
+    if cmp.get("protocol"):
+        lines.append("- Not the paper's protocol: " + "; ".join(cmp["protocol"]) +
+                     ". The differences below are not the paper's numbers at a smaller scale.")
     if g["measured"] is not None:
         lines.append(f"- Randomized minus standard positions, best cell of each side per task, averaged over "
                      f"tasks: **{g['measured']:+.1f}** points measured; {g['published_same_cells']:+.1f} in the "
                      f"paper on the same cells ({g['published_paper']:+.1f} on its full table).")
     for enc, w in cmp["wins"].items():
-        lines.append(f"- {enc}: randomized beats standard on {w['measured']} of {w['tasks']} tasks "
-                     f"(paper: {w['published']} of {w['tasks']}).")
+        lines.append(f"- {enc}: randomized has the higher best-of-seeds score on {w['measured']} of {w['tasks']} "
+                     f"tasks (paper: {w['published']} of {w['tasks']}).")
+    if cmp["wins"]:
+        lines.append("- These counts compare maxima over seeds, not a test: `lengen report SWEEP --compare A B` "
+                     "gives the paired difference over seeds with its interval.")
     solved_m = {t: c for t, c in cmp["solved"]["measured"].items() if c}
     solved_p = {t: c for t, c in cmp["solved"]["published"].items() if c}
     lines.append("- Solved (> 90%): measured " + (", ".join(f"{t} ({', '.join(c)})" for t, c in solved_m.items())
@@ -122,7 +128,7 @@ def build(data: SweepData, out: Path) -> dict:
     io.write_text(out / "table2.md", markdown(t2_mean, std=t2_std, fmt="{:.0f}", bold_max=False, average=False))
     _csv(t2_mean, out / "table2.csv")
 
-    cmp = pub.compare(t1) if pub.comparable(t1) and done else None
+    cmp = pub.compare(t1, runs) if pub.comparable(t1) and done else None
     if cmp is not None:
         io.write_text(out / "comparison.md", comparison_text(cmp) + "\n" + simple_markdown(cmp["cells"]))
         io.write_text(out / "comparison.csv", cmp["cells"].to_csv(index=False, float_format="%.4g"))
