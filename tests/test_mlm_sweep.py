@@ -152,6 +152,13 @@ def test_report_cells_are_mean_sample_std_and_t_interval_over_seeds(seeds_sweep,
     assert line.split(" | ")[6] == f"{mean:.2f} ± {std:.2f} (n=3)"
     md = (tmp_path / "report" / "mlm_table.md").read_text()
     assert line in md and "| unigram | — | — |" in md
+    # mlm_intervals.md: the same cell's accuracy interval, from the values by hand
+    a = values[(values["positions"] == "randomized") & (values["method"] == "uniform+logn")
+               & (values["length"] == 32)]["accuracy"].to_numpy(dtype=float)
+    half = scipy_stats.t.ppf(0.975, 2) * np.std(a, ddof=1) / math.sqrt(3)
+    (row,) = [ln for ln in (tmp_path / "report" / "mlm_intervals.md").read_text().splitlines()
+              if ln.startswith("| randomized | uniform | on |")]
+    assert row.split(" | ")[4] == f"[{100 * (a.mean() - half):.1f}, {100 * (a.mean() + half):.1f}] (n=3)"
     assert (tmp_path / "report" / "index.html").exists()
 
 

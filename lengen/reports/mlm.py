@@ -141,10 +141,38 @@ def table_texts(c: pd.DataFrame) -> tuple[list[str], list[list[str]], list[list[
     return header, rows, bolds
 
 
+def intervals_markdown(c: pd.DataFrame) -> str:
+    """mlm_intervals.md: the 95% t interval of each accuracy mean of mlm_table.md (%, and n), in
+    its rows; the bits-per-byte intervals are in mlm_table.csv."""
+    lengths = sorted(int(x) for x in c["length"].unique())
+    if not lengths or not (c["n"] > 0).any():
+        return "No run has finished yet.\n"
+    last = lengths[-1]
+    columns = [("accuracy", n, f"acc@{n}") for n in lengths] + [("acc_last_half", last, f"acc@{last} [{last // 2}:{last}]")]
+    by = {(r.variant, r.test_positions, r.log_n, r.metric, r.length): r for r in c.itertuples(index=False)}
+    keys = [k for k in dict.fromkeys(map(tuple, c[ROW_KEYS].itertuples(index=False))) if k[0] != UNIGRAM]
+    rows = []
+    for variant, mode, log_n in keys:
+        row = [variant, mode or MISSING, ("on" if log_n else "off") if mode else MISSING]
+        for metric, length, _ in columns:
+            r = by.get((variant, mode, log_n, metric, length))
+            if r is None or r.n == 0:
+                row.append(MISSING)
+            elif r.n < 2 or math.isnan(r.low):
+                row.append(f"{MISSING} (n={int(r.n)})")
+            else:
+                row.append(f"[{100 * r.low:.1f}, {100 * r.high:.1f}] (n={int(r.n)})")
+        rows.append(row)
+    header = ["Train", "Test positions", "log-n", *(col[2] for col in columns)]
+    return ("Table: 95% t interval of each accuracy mean (%) in mlm_table.md, and n (runs with a value); "
+            "mlm_table.csv has the intervals of every metric\n\n" + markdown_rows(header, rows, escape=md_escape))
+
+
 def caption(trained: list[int]) -> str:
     train = ", ".join(str(t) for t in trained) or "unknown"
     return ("Masked-token accuracy (%) and bits per byte of the masked tokens by evaluation length: mean ± "
-            "sample std (ddof 1) over seeds, n = runs with a value (mlm_table.csv adds the 95% t interval). "
+            "sample std (ddof 1) over seeds, n = runs with a value (mlm_intervals.md and mlm_table.csv add the "
+            "95% t interval). "
             "Rows: the training positions (and every other option that varies), the test positions, log-n "
             f"scaled attention at test time. Training length: {train} tokens. acc@L [L/2:L]: the accuracy at "
             "indices in the second half of the window. unigram: the add-one unigram model of the training text "
@@ -164,6 +192,7 @@ def _figure_frames(c: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def build(data: SweepData, out: Path) -> dict:
     """Write mlm_table.md, mlm_table.csv (long: every metric, n, mean, std, 95% interval),
+    mlm_intervals.md (the accuracy intervals in the table's layout),
     accuracy_vs_length.png/.svg (no figure while no run has a value) and index.html into `out`.
     Returns out, cells (the long frame), done, planned, markdown (mlm_table.md's text) and figure
     (the PNG's name or None)."""
@@ -180,6 +209,7 @@ def build(data: SweepData, out: Path) -> dict:
         md = f"Table: {md_escape(cap)}\n\nNo run has finished yet ({done} of {len(runs)}).\n"
     io.write_text(out / "mlm_table.md", md)
     io.write_text(out / "mlm_table.csv", c[c["n"] > 0].to_csv(index=False, float_format="%.10g"))
+    io.write_text(out / "mlm_intervals.md", intervals_markdown(c))
     fig = None
     if finished:
         mean, std = _figure_frames(c)
