@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lengen.formats import count_noun
 from lengen.reports.aggregate import randomized_gain
 
 DATA = Path(__file__).with_name("data")
@@ -51,7 +52,7 @@ def protocol_differences(runs: pd.DataFrame) -> list[str]:
                    f" (paper: 1..{paper['train_length']}, test {paper['train_length'] + 1}..{paper['max_length']})")
     seeds = done["seed"].nunique()
     if seeds != paper["seeds"]:
-        out.append(f"{seeds} seed{'s' if seeds != 1 else ''} (paper: {paper['seeds']})")
+        out.append(f"{count_noun(seeds, 'seed')} (paper: {paper['seeds']})")
     return out
 
 
