@@ -104,6 +104,25 @@ def _cell(mean: float, std: float, n: int, fmt: str) -> str:
 BLOCKS = (("accuracy", "acc@{}", "{:.1f}", 100.0, max), ("bpb", "bpb@{}", "{:.2f}", 1.0, min))
 
 
+def _rows(c: pd.DataFrame) -> tuple[dict, list[tuple]]:
+    """The cells of `cells` by (variant, test positions, log-n, metric, length), and the row keys
+    (variant, test positions, log-n) in table order: the one row order of every MLM table."""
+    by = {(r.variant, r.test_positions, r.log_n, r.metric, r.length): r for r in c.itertuples(index=False)}
+    return by, list(dict.fromkeys(map(tuple, c[ROW_KEYS].itertuples(index=False))))
+
+
+def _row_label(variant: str, mode: str, log_n: bool) -> list[str]:
+    """A row's first three columns: Train, Test positions, log-n (the unigram row has neither)."""
+    trained = variant != UNIGRAM
+    return [variant, mode or MISSING, ("on" if log_n else "off") if trained and mode else MISSING]
+
+
+def _last_half_column(lengths: list[int]) -> tuple[str, int, str]:
+    """(metric, length, header) of the accuracy over the second half of the longest windows."""
+    last = lengths[-1]
+    return "acc_last_half", last, f"acc@{last} [{last // 2}:{last}]"
+
+
 def table_texts(c: pd.DataFrame) -> tuple[list[str], list[list[str]], list[list[bool]]]:
     """(header, rows of text, rows of bold flags): accuracy (%) and bits per byte at each length,
     then the accuracy (%) over the second half of the longest windows. Bold: the best mean of a
@@ -112,10 +131,8 @@ def table_texts(c: pd.DataFrame) -> tuple[list[str], list[list[str]], list[list[
     columns = [(metric, length, head.format(length), fmt, scale, best)
                for metric, head, fmt, scale, best in BLOCKS for length in lengths]
     if lengths:
-        last = lengths[-1]
-        columns.append(("acc_last_half", last, f"acc@{last} [{last // 2}:{last}]", "{:.1f}", 100.0, max))
-    by = {(r.variant, r.test_positions, r.log_n, r.metric, r.length): r for r in c.itertuples(index=False)}
-    keys = list(dict.fromkeys(map(tuple, c[ROW_KEYS].itertuples(index=False))))
+        columns.append((*_last_half_column(lengths), "{:.1f}", 100.0, max))
+    by, keys = _rows(c)
     best = {}
     for metric, length, _, _, _, pick in columns:
         means = [by[(*k, metric, length)].mean for k in keys if k[0] != UNIGRAM and (*k, metric, length) in by]
@@ -125,7 +142,7 @@ def table_texts(c: pd.DataFrame) -> tuple[list[str], list[list[str]], list[list[
     rows, bolds = [], []
     for variant, mode, log_n in keys:
         trained = variant != UNIGRAM
-        row = [variant, mode or MISSING, ("on" if log_n else "off") if trained and mode else MISSING]
+        row = _row_label(variant, mode, log_n)
         flags = [False, False, False]
         for metric, length, _, fmt, scale, _ in columns:
             r = by.get((variant, mode, log_n, metric, length))
@@ -147,13 +164,11 @@ def intervals_markdown(c: pd.DataFrame) -> str:
     lengths = sorted(int(x) for x in c["length"].unique())
     if not lengths or not (c["n"] > 0).any():
         return "No run has finished yet.\n"
-    last = lengths[-1]
-    columns = [("accuracy", n, f"acc@{n}") for n in lengths] + [("acc_last_half", last, f"acc@{last} [{last // 2}:{last}]")]
-    by = {(r.variant, r.test_positions, r.log_n, r.metric, r.length): r for r in c.itertuples(index=False)}
-    keys = [k for k in dict.fromkeys(map(tuple, c[ROW_KEYS].itertuples(index=False))) if k[0] != UNIGRAM]
+    columns = [("accuracy", n, f"acc@{n}") for n in lengths] + [_last_half_column(lengths)]
+    by, keys = _rows(c)
     rows = []
-    for variant, mode, log_n in keys:
-        row = [variant, mode or MISSING, ("on" if log_n else "off") if mode else MISSING]
+    for variant, mode, log_n in (k for k in keys if k[0] != UNIGRAM):
+        row = _row_label(variant, mode, log_n)
         for metric, length, _ in columns:
             r = by.get((variant, mode, log_n, metric, length))
             if r is None or r.n == 0:
