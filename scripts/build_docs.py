@@ -15,12 +15,14 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
 (docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
-a committed `lengen hf tune` (docs/data/hftune/NAME), `bench PATH`
+a committed `lengen hf tune` (docs/data/hftune/NAME), `inspect RUN` the `lengen inspect` example
+(docs/data/inspect/RUN), `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
 rests on. A table of measured numbers outside a block fails --check unless a line
 `<!-- hand-written: WHY -->` right above it says why it is not data (a constant, a quote, dated
-history). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
+history). So does a decimal number in a prose paragraph that no block of its page shows
+(`unsourced_numbers`; `<!-- numbers from: PAGE.md -->` above a paragraph adds that page's blocks). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
 number in a block makes it fail.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import re
 import shlex
 import shutil
@@ -46,6 +49,7 @@ from lengen.formats import count_noun  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
 from lengen.hf.tuning import evaluation_source  # noqa: E402
+from lengen.inspect import inspect_run  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
 from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
 from lengen.reports import aggregate as agg  # noqa: E402
@@ -191,6 +195,20 @@ class Blocks:
                 f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; "
                 f"{versions(env)}\n")
 
+    def inspect(self, run: str) -> str:
+        """`inspect RUN`: the committed `lengen inspect` example (docs/data/inspect/RUN: the run's
+        eval.json and the PCA's inspect_activations.json): each block output's share of the
+        training-length variance in the two components, and the run's score."""
+        folder = self.data / "inspect" / run
+        pca, score = io.read_json(folder / "inspect_activations.json"), io.read_json(folder / "eval.json")
+        rows = [[str(layer["layer"]), *(f"{100 * r:.1f}" for r in layer["explained_variance_ratio"]),
+                 f"{100 * sum(layer['explained_variance_ratio']):.1f}"] for layer in pca["layers"]]
+        table = markdown_rows(["layer", "PC1 (%)", "PC2 (%)", "PC1 + PC2 (%)"], rows)
+        return (f"{table}\n{pca['task']}, pe={pca['pe']}, positions={pca['positions']} (test: {pca['test_positions']}), "
+                f"score {score['score']:.3f} on lengths {score['train_length'] + 1}..{score['max_length']} "
+                f"({score['steps']:,} steps); PCA fitted at length {pca['train_length']} on {pca['samples']} "
+                f"sequences, length {pca['length']} projected; `{pca['command']}`\n")
+
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:
         out = self.workdir / study
@@ -290,6 +308,22 @@ def figures(data: Path, docs: Path) -> list[Path]:
         target = docs / "figures" / f"hf_{folder.name}.png".replace("-", "_")
         if f"figures/{target.name}" in pages:
             made.append(plot_hf_result(io.read_json(folder / "results.json"), target))
+    # the `lengen inspect` example: its activation figure, redrawn from the committed checkpoint in a
+    # copy named as the page's command names it, so the figure's caption is that command
+    for run in sorted((data / "inspect").glob("*/")) if (data / "inspect").is_dir() else []:
+        target = docs / "figures" / f"inspect_activations_{run.name}.png".replace("-", "_")
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(run, Path(tmp) / "runs" / run.name)
+            record = io.read_json(run / "inspect_activations.json")
+            cwd = Path.cwd()
+            os.chdir(tmp)
+            try:
+                inspect_run(f"runs/{run.name}", attention=False, length=record["length"], seed=record["seed"],
+                            samples=record["samples"], device="cpu")
+            finally:
+                os.chdir(cwd)
+            shutil.copyfile(Path(tmp) / "runs" / run.name / "inspect_activations.png", target)
+        made.append(target)
     studies = data / "studies"
     for study in sorted(p for p in studies.iterdir() if (p / "export.json").exists()) if studies.is_dir() else []:
         with tempfile.TemporaryDirectory() as tmp:
@@ -369,6 +403,71 @@ def unmarked_tables(docs: Path) -> list[str]:
     return found
 
 
+#: a measured-looking decimal in prose: not a version (5.24.0) nor part of a word or path
+PROSE_NUMBER = re.compile(r"(?<![\w.])[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))")
+FROM = "<!-- numbers from:"
+
+
+def _found(number: str, text: str) -> bool:
+    return re.search(r"(?<![\d.])" + re.escape(number) + r"(?!\d)", text) is not None
+
+
+def unsourced_numbers(docs: Path) -> list[str]:
+    """"page:line: NUMBER" for each decimal number in a prose paragraph (outside generated
+    blocks, tables, code and inline code) that no generated block of its page shows: a number
+    copied by hand from a result, which goes stale when the data changes. A line
+    `<!-- numbers from: PAGE.md ... -->` right above a paragraph adds those pages' blocks to
+    where its numbers are looked up; `<!-- hand-written: WHY -->` exempts the paragraph (a
+    constant, a definition, a quote, arithmetic on shown numbers, dated history)."""
+    pages = {p.name: p.read_text() for p in sorted(docs.glob("*.md"))}
+    shown = {name: "\n".join(m["body"] for m in BLOCK.finditer(text)) for name, text in pages.items()}
+    found = []
+    for name, text in pages.items():
+        fence = generated = in_paragraph = False
+        mark = ""  # the marker line above the current (or next) paragraph
+        numbers: list[tuple[str, int]] = []
+
+        def close():
+            nonlocal mark, in_paragraph
+            if in_paragraph and not mark.startswith(MARK):
+                pool = shown[name]
+                if mark.startswith(FROM):
+                    pool += "\n".join(shown.get(p, "") for p in mark[len(FROM):].split("-->")[0].split())
+                found.extend(f"{name}:{line}: {n}" for n, line in numbers if not _found(n, pool))
+            if in_paragraph:
+                mark = ""
+            in_paragraph = False
+            numbers.clear()
+
+        for i, line in enumerate(text.splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith("```"):
+                close()
+                fence = not fence
+            elif fence:
+                continue
+            elif line.startswith("<!-- generated:"):
+                close()
+                generated = True
+            elif line.startswith("<!-- end generated"):
+                generated, mark = False, ""
+            elif generated:
+                continue
+            elif stripped.startswith((MARK, FROM)):
+                close()
+                mark = stripped
+            elif not stripped or stripped.startswith("|"):
+                close()
+                if stripped:
+                    mark = ""  # a table takes the mark above it (unmarked_tables)
+            else:
+                in_paragraph = True
+                prose = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->", " ", line)
+                numbers.extend((m[1], i) for m in PROSE_NUMBER.finditer(prose))
+        close()
+    return found
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block differs from its data")
@@ -387,6 +486,11 @@ def main(argv=None) -> int:
     for c in copied:
         print(f"hand-copied: {c}: a table of measured numbers outside a generated block (make it a "
               "block from committed data, or mark it <!-- hand-written: why -->)")
+    unsourced = unsourced_numbers(args.docs) if args.only is None else []
+    for u in unsourced:
+        print(f"unsourced: {u}: a number in prose that no generated block of the page shows (cite a "
+              "block's number, add <!-- numbers from: PAGE.md --> or mark <!-- hand-written: why -->)")
+    copied += unsourced
     if args.check:
         for c in changed:
             print(f"stale: {c} (rebuild: python scripts/build_docs.py)")

@@ -308,3 +308,59 @@ def test_a_hand_copied_table_of_measurements_is_found_until_it_is_marked(tmp_pat
     # the mark covers the table right below it, not the next one
     page.write_text("<!-- hand-written: a constant -->\n\n" + table + "\ntext\n\nmore text\n\n" + table)
     assert unmarked_tables(tmp_path) == ["performance.md:11"]
+
+
+def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_marked(tmp_path):
+    """A decimal number in a prose paragraph must be one that a generated block of its page shows
+    (so it fails --check once the data changes it), or one that a `<!-- numbers from: PAGE -->`
+    line points to, or its paragraph is marked `<!-- hand-written: why -->`. Versions, inline
+    code and link targets are not numbers of a result."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_docs import unsourced_numbers
+
+    block = "<!-- generated: bench x.txt -->\n| encoding | steps/s |\n|---|---|\n| rope | 7.41 |\n<!-- end generated -->\n"
+    page = tmp_path / "performance.md"
+    page.write_text(block + "\nRoPE trains at 7.41 steps/s, not 7.14.\n")
+    assert unsourced_numbers(tmp_path) == ["performance.md:7: 7.14"]
+    page.write_text(block + "\nRoPE trains at 7.41 steps/s (+7.41 %), with torch 2.13.0, `--lr 3.5`, "
+                    "[arXiv](https://arxiv.org/abs/2405.17399).\n")
+    assert unsourced_numbers(tmp_path) == []
+    # 7.410 is not 7.41's digits, nor is 17.41; and a block's 17.41 does not show 7.41
+    page.write_text(block + "\nAt 7.410 and 17.41.\n")
+    assert unsourced_numbers(tmp_path) == ["performance.md:7: 7.410", "performance.md:7: 17.41"]
+    page.write_text(block.replace("7.41", "17.41") + "\nAt 7.41.\n")
+    assert unsourced_numbers(tmp_path) == ["performance.md:7: 7.41"]
+    # another page's number: only where a line points to that page
+    (tmp_path / "results.md").write_text("Trained at 7.41 steps/s.\n\n<!-- numbers from: performance.md -->\n"
+                                         "Trained at 7.41 steps/s.\n")
+    page.write_text(block)
+    assert unsourced_numbers(tmp_path) == ["results.md:1: 7.41"]
+    # the hand-written mark covers the paragraph right below it, not the next one
+    (tmp_path / "results.md").write_text("<!-- hand-written: Adam's default -->\nbeta2 = 0.999\nand 0.9\n\n"
+                                         "beta1 = 0.9\n")
+    assert unsourced_numbers(tmp_path) == ["results.md:5: 0.9"]
+    # code is not prose
+    (tmp_path / "results.md").write_text("```\nlengen train --lr 0.001\n```\n")
+    assert unsourced_numbers(tmp_path) == []
+
+
+def test_the_committed_inspect_example_is_what_its_checkpoint_gives(tmp_path):
+    """docs/inspect.md's table is the committed inspect_activations.json; that file must be what
+    `lengen inspect` computes from the committed checkpoint (so a changed PCA, sampler or model
+    fails here, not silently in the docs), and its score what `lengen eval` gives."""
+    from lengen.inspect import activation_pca, open_run
+    from lengen.training.loop import evaluate_run
+    from lengen.training.run_dir import RunDir
+
+    pages = docs_pages()
+    for folder in sorted((ROOT / "docs" / "data" / "inspect").iterdir()):
+        assert f"<!-- generated: inspect {folder.name} -->" in pages, folder.name
+        record = json.loads((folder / "inspect_activations.json").read_text())
+        insp = open_run(folder, length=record["length"], device="cpu")
+        layers = activation_pca(insp, record["samples"], record["seed"])
+        assert [pytest.approx(d["ratio"], rel=1e-6) for d in layers] == \
+            [layer["explained_variance_ratio"] for layer in record["layers"]], folder.name
+        run = shutil.copytree(folder, tmp_path / folder.name)
+        (run / "eval.json").unlink()
+        score = evaluate_run(RunDir(run), progress=False)["score"]
+        assert score == pytest.approx(json.loads((folder / "eval.json").read_text())["score"], rel=1e-6)
