@@ -369,13 +369,14 @@ def _build(docs: Path, blocks: Blocks, check: bool, only: str | None = None) -> 
     return changed
 
 
-DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
+#: a measured-looking cell: a decimal number or a percentage
+DECIMAL = re.compile(r"(?<![\w.])\d+(?:\.\d+%?|%)")
 MARK = "<!-- hand-written:"
 
 
 def unmarked_tables(docs: Path) -> list[str]:
     """"page:line" of each markdown table outside generated blocks and code fences whose rows hold
-    a decimal number and that no `<!-- hand-written: WHY -->` line (WHY: a constant, a quote,
+    a decimal number or a percentage and that no `<!-- hand-written: WHY -->` line (WHY: a constant, a quote,
     dated history) marks within the 4 lines above it: numbers copied by hand from a run."""
     found = []
     for page in sorted(docs.glob("*.md")):

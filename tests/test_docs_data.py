@@ -300,6 +300,8 @@ def test_a_hand_copied_table_of_measurements_is_found_until_it_is_marked(tmp_pat
     table = "| encoding | steps/s |\n|---|---|\n| rope | 7.41 |\n"
     page.write_text("# Speed\n\nMeasured today:\n\n" + table)
     assert unmarked_tables(tmp_path) == ["performance.md:5"]
+    page.write_text("# Accuracy\n\n| digits | accuracy |\n|---|---|\n| 8 | 91% |\n")  # a percentage too
+    assert unmarked_tables(tmp_path) == ["performance.md:3"]
     for ok in ("<!-- hand-written: history, 2026-11-21 -->\n\n" + table, "```\n" + table + "```\n",
                "<!-- generated: bench x.txt -->\n" + table + "<!-- end generated -->\n",
                "| option | default |\n|---|---|\n| steps | 1000 |\n"):
