@@ -1,0 +1,74 @@
+"""Every `lengen` command in the README's and docs/'s code blocks parses with today's CLI: a flag
+renamed or removed, a choice dropped or a subcommand moved fails here, not in a reader's shell.
+Parsing only (argparse, as `lengen` would): nothing runs."""
+
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from lengen.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^\s*```[^\n]*\n(.*?)^\s*```", re.S | re.M)
+
+
+def documented_commands(text: str) -> list[str]:
+    """The `lengen ...` commands of a page's code blocks, continuation lines joined, shell
+    variables set in the block (VAR=..., for VAR in FIRST ...) expanded, others as a placeholder
+    path; usage synopses (with [options] or ...) are not commands."""
+    found = []
+    for block in FENCE.findall(re.sub(r"^> ?", "", text, flags=re.M)):  # blocks in quotes too
+        env = {}
+        for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
+            line = re.sub(r"^\$\s+", "", line.strip())
+            if m := re.match(r"^([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*'|\S+)$", line):
+                env[m[1]] = m[2][1:-1] if m[2][:1] in "\"'" else m[2]
+                continue
+            if m := re.match(r"^for (\w+) in (\S+)", line):
+                env[m[1]] = m[2]
+            for part in re.split(r"&&|;|\|\|?", line):
+                part = part.strip().removeprefix("do ").strip()
+                if not part.startswith("lengen ") or "[" in part or "..." in part:
+                    continue
+                for name in sorted(env, key=len, reverse=True):
+                    part = part.replace("$" + name, env[name])
+                found.append(re.sub(r"\$\(?[\w.-]*\)?", "PATH", part))
+    return found
+
+
+def parse_error(command: str) -> str | None:
+    """argparse's message for a command it refuses, or None."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(shlex.split(command, comments=True)[1:])
+    except SystemExit as e:
+        if e.code not in (0, None):
+            return err.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_the_docs_show_commands():
+    commands = [c for page in PAGES for c in documented_commands(page.read_text())]
+    assert len(commands) > 50, len(commands)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_documented_command_parses(page):
+    refused = [(c, e) for c in documented_commands(page.read_text()) if (e := parse_error(c))]
+    assert not refused, "\n".join(f"{c}\n  -> {e}" for c, e in refused)
+
+
+def test_a_stale_flag_in_a_code_block_is_refused():
+    page = ("Train:\n\n```bash\nM=runs/x\nlengen train --task bucket_sort \\\n    --no-such-flag 3 --out $M\n"
+            "lengen inspect RUN_DIR [--attention] [--activations]\n```\n")
+    commands = documented_commands(page)
+    assert commands == ["lengen train --task bucket_sort --no-such-flag 3 --out runs/x"]
+    assert "--no-such-flag" in parse_error(commands[0])
+    assert parse_error("lengen train --task bucket_sort --out runs/x") is None
+    assert "invalid choice" in parse_error("lengen sweep launch ruoss2023-mini")
