@@ -72,3 +72,20 @@ def test_a_stale_flag_in_a_code_block_is_refused():
     assert "--no-such-flag" in parse_error(commands[0])
     assert parse_error("lengen train --task bucket_sort --out runs/x") is None
     assert "invalid choice" in parse_error("lengen sweep launch ruoss2023-mini")
+
+
+SCRIPT_CALL = re.compile(r"(?:python3?|bash)\s+((?:benchmarks|scripts)/[\w./-]+)([^`\n]*)")
+SCRIPT_PATH = re.compile(r"(?<![\w/])((?:benchmarks|scripts)/[\w/-]+\.(?:py|sh))")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_script_a_page_names_exists_with_the_flags_it_is_shown_with(page):
+    """A benchmark or script a page names is in the repository, and each --flag a page passes it
+    is spelled in that script (its argparse or its shell `case`)."""
+    text = re.sub(r"\s*\\\n\s*", " ", page.read_text())
+    missing = [p for p in SCRIPT_PATH.findall(text) if not (ROOT / p).exists()]
+    assert not missing, missing
+    unknown = [(m[1], flag) for m in SCRIPT_CALL.finditer(text) if (ROOT / m[1]).is_file()
+               for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", m[2].split("#")[0])
+               if not re.search(re.escape(flag) + r"(?![\w-])", (ROOT / m[1]).read_text())]
+    assert not unknown, unknown
