@@ -89,3 +89,30 @@ def test_every_script_a_page_names_exists_with_the_flags_it_is_shown_with(page):
                for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", m[2].split("#")[0])
                if not re.search(re.escape(flag) + r"(?![\w-])", (ROOT / m[1]).read_text())]
     assert not unknown, unknown
+
+
+PYTHON_BLOCK = re.compile(r"^\s*```python[^\n]*\n(.*?)^\s*```", re.S | re.M)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_python_example_is_python_and_imports_what_lengen_has(page):
+    """A ```python block of a page parses, and every name it imports from lengen exists (a moved
+    or renamed function fails here). Not run: examples load models and train."""
+    import ast
+    import importlib
+    import importlib.util
+    import textwrap
+
+    missing = []
+    for block in PYTHON_BLOCK.findall(re.sub(r"^> ?", "", page.read_text(), flags=re.M)):
+        tree = ast.parse(textwrap.dedent(block))   # a SyntaxError names the line
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lengen":
+                module = importlib.import_module(node.module)
+                missing += [f"{node.module}.{a.name}" for a in node.names if not hasattr(module, a.name)
+                            and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "lengen" and importlib.util.find_spec(a.name) is None:
+                        missing.append(a.name)
+    assert not missing, missing
