@@ -116,3 +116,15 @@ def test_every_python_example_is_python_and_imports_what_lengen_has(page):
                     if a.name.split(".")[0] == "lengen" and importlib.util.find_spec(a.name) is None:
                         missing.append(a.name)
     assert not missing, missing
+
+
+def test_the_readme_s_model_example_runs_and_gives_the_shape_it_says():
+    """README's Python example (a task, a model, a position sampler) is self-contained: run it and
+    compare the logits' shape with the `# [B, T, V]` comment beside the call."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in PYTHON_BLOCK.findall(readme) if "get_task" in b)
+    said = re.search(r"logits = .*#\s*\[([\d, ]+)\]", block)
+    assert said, "the example's last line should say the logits' shape"
+    scope = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    assert list(scope["logits"].shape) == [int(x) for x in said[1].split(",")]
