@@ -22,7 +22,8 @@ rebuilds one study's or run's blocks. A doc claim that compares two variants cit
 rests on. A table of measured numbers outside a block fails --check unless a line
 `<!-- hand-written: WHY -->` right above it says why it is not data (a constant, a quote, dated
 history). So does a decimal number in a prose paragraph that no block of its page shows
-(`unsourced_numbers`; `<!-- numbers from: PAGE.md -->` above a paragraph adds that page's blocks). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
+(`unsourced_numbers`; `<!-- numbers from: PAGE.md -->` above a paragraph adds that page's
+blocks). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
 number in a block makes it fail.
 """
 
@@ -204,7 +205,8 @@ class Blocks:
         rows = [[str(layer["layer"]), *(f"{100 * r:.1f}" for r in layer["explained_variance_ratio"]),
                  f"{100 * sum(layer['explained_variance_ratio']):.1f}"] for layer in pca["layers"]]
         table = markdown_rows(["layer", "PC1 (%)", "PC2 (%)", "PC1 + PC2 (%)"], rows)
-        return (f"{table}\n{pca['task']}, pe={pca['pe']}, positions={pca['positions']} (test: {pca['test_positions']}), "
+        return (f"{table}\n{pca['task']}, pe={pca['pe']}, positions={pca['positions']} "
+                f"(test: {pca['test_positions']}), "
                 f"score {score['score']:.3f} on lengths {score['train_length'] + 1}..{score['max_length']} "
                 f"({score['steps']:,} steps); PCA fitted at length {pca['train_length']} on {pca['samples']} "
                 f"sequences, length {pca['length']} projected; `{pca['command']}`\n")
@@ -376,8 +378,9 @@ MARK = "<!-- hand-written:"
 
 def unmarked_tables(docs: Path) -> list[str]:
     """"page:line" of each markdown table outside generated blocks and code fences whose rows hold
-    a decimal number or a percentage and that no `<!-- hand-written: WHY -->` line (WHY: a constant, a quote,
-    dated history) marks within the 4 lines above it: numbers copied by hand from a run."""
+    a decimal number or a percentage and that no `<!-- hand-written: WHY -->` line (WHY: a
+    constant, a quote, dated history) marks within the 4 lines above it: numbers copied by hand
+    from a run."""
     found = []
     for page in sorted(docs.glob("*.md")):
         lines = page.read_text().splitlines()

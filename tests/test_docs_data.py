@@ -320,7 +320,8 @@ def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_m
     sys.path.insert(0, str(ROOT / "scripts"))
     from build_docs import unsourced_numbers
 
-    block = "<!-- generated: bench x.txt -->\n| encoding | steps/s |\n|---|---|\n| rope | 7.41 |\n<!-- end generated -->\n"
+    block = ("<!-- generated: bench x.txt -->\n| encoding | steps/s |\n|---|---|\n| rope | 7.41 |\n"
+             "<!-- end generated -->\n")
     page = tmp_path / "performance.md"
     page.write_text(block + "\nRoPE trains at 7.41 steps/s, not 7.14.\n")
     assert unsourced_numbers(tmp_path) == ["performance.md:7: 7.14"]
