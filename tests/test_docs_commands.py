@@ -128,3 +128,14 @@ def test_the_readme_s_model_example_runs_and_gives_the_shape_it_says():
     scope = {}
     exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
     assert list(scope["logits"].shape) == [int(x) for x in said[1].split(",")]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_inline_lengen_command_names_flags_and_subcommands_that_exist(page):
+    """`lengen ...` in a sentence is often a fragment (no run folder, a flag without its value),
+    so only what argparse cannot know is refused: an unknown flag or subcommand."""
+    prose = FENCE.sub("", page.read_text())
+    spans = [re.sub(r"\s+", " ", s) for s in re.findall(r"`(lengen [^`]+)`", prose)]
+    refused = [(s, e) for s in spans if not re.search(r"\[|\.\.\.|\$|\\\|", s)
+               and (e := parse_error(s)) and ("unrecognized arguments" in e or "invalid choice" in e)]
+    assert not refused, refused
