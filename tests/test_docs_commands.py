@@ -139,3 +139,21 @@ def test_every_inline_lengen_command_names_flags_and_subcommands_that_exist(page
     refused = [(s, e) for s in spans if not re.search(r"\[|\.\.\.|\$|\\\|", s)
                and (e := parse_error(s)) and ("unrecognized arguments" in e or "invalid choice" in e)]
     assert not refused, refused
+
+
+def test_every_sweep_and_train_preset_a_page_runs_is_shipped():
+    """`lengen sweep run NAME` and `lengen train --preset NAME` in the docs name presets lengen
+    ships (argparse takes any string there; a renamed preset would fail only at run time)."""
+    from lengen.presets import PRESETS
+    from lengen.sweeps.presets import preset_names
+
+    sweeps, trains = set(preset_names()), set(PRESETS)
+    unknown = []
+    for page in PAGES:
+        text = page.read_text()
+        # a name, not a flag, a file or an upper-case placeholder (SPEC, NAME)
+        names = [("sweep", n) for n in re.findall(r"lengen sweep run ([a-z][\w.-]*)", text)
+                 if not n.endswith((".yaml", ".yml"))]
+        names += [("train", n) for n in re.findall(r"--preset ([a-z][\w-]*)", text)]
+        unknown += [(page.name, kind, n) for kind, n in names if n not in (sweeps if kind == "sweep" else trains)]
+    assert not unknown, unknown
