@@ -75,15 +75,18 @@ def test_a_stale_flag_in_a_code_block_is_refused():
 
 
 SCRIPT_CALL = re.compile(r"(?:python3?|bash)\s+((?:benchmarks|scripts)/[\w./-]+)([^`\n]*)")
-SCRIPT_PATH = re.compile(r"(?<![\w/])((?:benchmarks|scripts)/[\w/-]+\.(?:py|sh))")
+#: a file of the repository a page names (docs/data/..., lengen/..., tests/..., a script)
+REPO_FILE = re.compile(r"(?<![\w/.])((?:benchmarks|scripts|lengen|tests|docs)/[\w./-]+\.(?:py|sh|cpp|md|png|csv|json|txt))")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_every_script_a_page_names_exists_with_the_flags_it_is_shown_with(page):
-    """A benchmark or script a page names is in the repository, and each --flag a page passes it
-    is spelled in that script (its argparse or its shell `case`)."""
+def test_every_file_a_page_names_exists_and_scripts_take_the_flags_shown(page):
+    """A file of the repository a page names (a benchmark, a script, a module, a test, a data
+    file) exists, and each --flag a page passes a script is spelled in that script (its argparse
+    or its shell `case`)."""
     text = re.sub(r"\s*\\\n\s*", " ", page.read_text())
-    missing = [p for p in SCRIPT_PATH.findall(text) if not (ROOT / p).exists()]
+    names = REPO_FILE.findall(re.sub(r"<!-- generated:.*?-->", "", text))  # (a block's path is under docs/data)
+    missing = [p for p in names if not (ROOT / p).exists()]
     assert not missing, missing
     unknown = [(m[1], flag) for m in SCRIPT_CALL.finditer(text) if (ROOT / m[1]).is_file()
                for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", m[2].split("#")[0])
