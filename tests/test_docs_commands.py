@@ -76,7 +76,8 @@ def test_a_stale_flag_in_a_code_block_is_refused():
 
 SCRIPT_CALL = re.compile(r"(?:python3?|bash)\s+((?:benchmarks|scripts)/[\w./-]+)([^`\n]*)")
 #: a file of the repository a page names (docs/data/..., lengen/..., tests/..., a script)
-REPO_FILE = re.compile(r"(?<![\w/.])((?:benchmarks|scripts|lengen|tests|docs)/[\w./-]+\.(?:py|sh|cpp|md|png|csv|json|txt))")
+REPO_FILE = re.compile(r"(?<![\w/.])((?:benchmarks|scripts|lengen|tests|docs)/[\w./-]+"
+                       r"\.(?:py|sh|cpp|md|png|csv|json|txt))")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
