@@ -16,7 +16,7 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
 (docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
 a committed `lengen hf tune` (docs/data/hftune/NAME), `inspect RUN` the `lengen inspect` example
-(docs/data/inspect/RUN), `bench PATH`
+(docs/data/inspect/RUN), `costs` what each committed study took to run, `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
 rests on. A table of measured numbers outside a block fails --check unless a line
@@ -210,6 +210,21 @@ class Blocks:
                 f"score {score['score']:.3f} on lengths {score['train_length'] + 1}..{score['max_length']} "
                 f"({score['steps']:,} steps); PCA fitted at length {pca['train_length']} on {pca['samples']} "
                 f"sequences, length {pca['length']} projected; `{pca['command']}`\n")
+
+    def costs(self) -> str:
+        """`costs`: what each committed study cost to run, from its results.csv (`seconds`: a run's
+        wall time, training and evaluation, as recorded) and environment.csv (device, threads)."""
+        rows = []
+        for study in sorted(p for p in (self.data / "studies").iterdir() if (p / "results.csv").exists()):
+            runs = pd.read_csv(study / "results.csv")
+            env = pd.read_csv(study / "environment.csv").drop_duplicates("run_id").set_index("run_id")
+            where = sorted({f"{env.at[r, 'device']}, {count_noun(int(env.at[r, 'threads']), 'thread')}"
+                            for r in runs["run_id"] if r in env.index})
+            sec = runs["seconds"].astype(float)
+            rows.append([study.name, str(len(runs)), "; ".join(where) or "-",
+                         f"{sec.min():,.0f} / {sec.median():,.0f} / {sec.max():,.0f}", f"{sec.sum() / 3600:,.2f}"])
+        return markdown_rows(["study", "runs", "device, threads a run", "seconds a run (min / median / max)",
+                              "hours of run time (sum)"], rows) + "\n"
 
     @functools.cache  # noqa: B019 - one Blocks per build
     def report_folder(self, study: str) -> Path:

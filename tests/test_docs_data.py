@@ -367,3 +367,18 @@ def test_the_committed_inspect_example_is_what_its_checkpoint_gives(tmp_path):
         (run / "eval.json").unlink()
         score = evaluate_run(RunDir(run), progress=False)["score"]
         assert score == pytest.approx(json.loads((folder / "eval.json").read_text())["score"], rel=1e-6)
+
+
+def test_the_costs_block_sums_each_study_s_recorded_run_times(tmp_path):
+    """`costs`: one row per committed study, from its results.csv `seconds` and environment.csv;
+    the expected row worked out by hand (3,600 s in all: 1.00 hours)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_docs import Blocks
+
+    study = tmp_path / "studies" / "tiny"
+    study.mkdir(parents=True)
+    (study / "results.csv").write_text("run_id,score,seconds\na,0.5,100\nb,0.6,3300\nc,0.7,200\n")
+    (study / "environment.csv").write_text("run_id,device,threads\na,cpu,1\nb,cpu,1\nc,cuda,1\n")
+    table = Blocks(tmp_path, tmp_path).costs()
+    assert table.splitlines()[2] == "| tiny | 3 | cpu, 1 thread; cuda, 1 thread | 100 / 200 / 3,300 | 1.00 |"
+    assert "| su2023-mlm-h2 | 10 |" in Blocks(ROOT / "docs" / "data", tmp_path).costs()
