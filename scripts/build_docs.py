@@ -443,7 +443,7 @@ def unsourced_numbers(docs: Path) -> list[str]:
     found = []
     for name, text in pages.items():
         fence = generated = in_paragraph = False
-        mark = ""  # the marker line above the current (or next) paragraph
+        mark, start = "", 0  # the marker line above the current (or next) paragraph; its first line
         numbers: list[tuple[str, int]] = []
 
         def close():
@@ -451,7 +451,9 @@ def unsourced_numbers(docs: Path) -> list[str]:
             if in_paragraph and not mark.startswith(MARK):
                 pool = shown[name]
                 if mark.startswith(FROM):
-                    pool += "\n".join(shown.get(p, "") for p in mark[len(FROM):].split("-->")[0].split())
+                    others = mark[len(FROM):].split("-->")[0].split()
+                    found.extend(f"{name}:{start}: no page {p}" for p in others if p not in shown)
+                    pool += "\n".join(shown.get(p, "") for p in others)
                 found.extend(f"{name}:{line}: {n}" for n, line in numbers if not _found(n, pool))
             if in_paragraph:
                 mark = ""
@@ -480,6 +482,8 @@ def unsourced_numbers(docs: Path) -> list[str]:
                 if stripped:
                     mark = ""  # a table takes the mark above it (unmarked_tables)
             else:
+                if not in_paragraph:
+                    start = i
                 in_paragraph = True
                 prose = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->", " ", line)
                 numbers.extend((m[1], i) for m in PROSE_NUMBER.finditer(prose))

@@ -338,6 +338,8 @@ def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_m
                                          "Trained at 7.41 steps/s.\n")
     page.write_text(block)
     assert unsourced_numbers(tmp_path) == ["results.md:1: 7.41"]
+    (tmp_path / "results.md").write_text("<!-- numbers from: perfromance.md -->\nTrained at 7.41 steps/s.\n")
+    assert unsourced_numbers(tmp_path) == ["results.md:2: no page perfromance.md", "results.md:2: 7.41"]
     # the hand-written mark covers the paragraph right below it, not the next one
     (tmp_path / "results.md").write_text("<!-- hand-written: Adam's default -->\nbeta2 = 0.999\nand 0.9\n\n"
                                          "beta1 = 0.9\n")
