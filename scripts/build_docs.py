@@ -391,6 +391,22 @@ DECIMAL = re.compile(r"(?<![\w.])\d+(?:\.\d+%?|%)")
 MARK = "<!-- hand-written:"
 
 
+def _code_or_block(lines: list[str]) -> list[bool]:
+    """Per line: inside a code fence or a generated block, its opening and closing lines included
+    (text that is not the page's own prose or tables)."""
+    hidden, fence, generated = [], False, False
+    for line in lines:
+        marker = line.lstrip().startswith("```")
+        if marker:
+            fence = not fence
+        elif not fence and line.startswith("<!-- generated:"):
+            generated = True
+        hidden.append(marker or fence or generated)
+        if not fence and line.startswith("<!-- end generated"):
+            generated = False
+    return hidden
+
+
 def unmarked_tables(docs: Path) -> list[str]:
     """"page:line" of each markdown table outside generated blocks and code fences whose rows hold
     a decimal number or a percentage and that no `<!-- hand-written: WHY -->` line (WHY: a
@@ -399,17 +415,10 @@ def unmarked_tables(docs: Path) -> list[str]:
     found = []
     for page in sorted(docs.glob("*.md")):
         lines = page.read_text().splitlines()
-        fence = generated = False
+        hidden = _code_or_block(lines)
         i = 0
         while i < len(lines):
-            line = lines[i]
-            if line.lstrip().startswith("```"):
-                fence = not fence
-            elif line.startswith("<!-- generated:"):
-                generated = True
-            elif line.startswith("<!-- end generated"):
-                generated = False
-            elif line.lstrip().startswith("|") and not (fence or generated):
+            if lines[i].lstrip().startswith("|") and not hidden[i]:
                 end = i
                 while end < len(lines) and lines[end].lstrip().startswith("|"):
                     end += 1
@@ -442,7 +451,7 @@ def unsourced_numbers(docs: Path) -> list[str]:
     shown = {name: "\n".join(m["body"] for m in BLOCK.finditer(text)) for name, text in pages.items()}
     found = []
     for name, text in pages.items():
-        fence = generated = in_paragraph = False
+        in_paragraph = False
         mark, start = "", 0  # the marker line above the current (or next) paragraph; its first line
         numbers: list[tuple[str, int]] = []
 
@@ -460,20 +469,13 @@ def unsourced_numbers(docs: Path) -> list[str]:
             in_paragraph = False
             numbers.clear()
 
-        for i, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        for i, (line, hidden) in enumerate(zip(lines, _code_or_block(lines)), 1):
             stripped = line.strip()
-            if stripped.startswith("```"):
+            if hidden:
                 close()
-                fence = not fence
-            elif fence:
-                continue
-            elif line.startswith("<!-- generated:"):
-                close()
-                generated = True
-            elif line.startswith("<!-- end generated"):
-                generated, mark = False, ""
-            elif generated:
-                continue
+                if line.startswith("<!-- end generated"):
+                    mark = ""  # a block takes the mark above it
             elif stripped.startswith((MARK, FROM)):
                 close()
                 mark = stripped
@@ -513,11 +515,10 @@ def main(argv=None) -> int:
     for u in unsourced:
         print(f"unsourced: {u}: a number in prose that no generated block of the page shows (cite a "
               "block's number, add <!-- numbers from: PAGE.md --> or mark <!-- hand-written: why -->)")
-    copied += unsourced
     if args.check:
         for c in changed:
             print(f"stale: {c} (rebuild: python scripts/build_docs.py)")
-        return 1 if changed or copied else 0
+        return 1 if changed or copied or unsourced else 0
     for c in changed:
         print(f"rewrote {c}")
     if not args.no_figures and args.only is None:
