@@ -3,6 +3,7 @@ renamed or removed, a choice dropped or a subcommand moved fails here, not in a 
 Parsing only (argparse, as `lengen` would): nothing runs."""
 
 import contextlib
+import functools
 import io
 import re
 import shlex
@@ -14,7 +15,19 @@ from lengen.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^\s*```[^\n]*\n(.*?)^\s*```", re.S | re.M)
+FENCE = re.compile(r"^\s*```(\w*)[^\n]*\n(.*?)^\s*```", re.S | re.M)
+
+
+def code_blocks(text: str, language: str | None = None) -> list[str]:
+    """A page's fenced code blocks (in block quotes too), or only those of one language."""
+    return [body for lang, body in FENCE.findall(re.sub(r"^> ?", "", text, flags=re.M))
+            if language is None or lang == language]
+
+
+@functools.cache
+def parser():
+    """lengen's argument parser, built once (parsing does not change it)."""
+    return build_parser()
 
 
 def documented_commands(text: str) -> list[str]:
@@ -22,7 +35,7 @@ def documented_commands(text: str) -> list[str]:
     variables set in the block (VAR=..., for VAR in FIRST ...) expanded, others as a placeholder
     path; usage synopses (with [options] or ...) are not commands."""
     found = []
-    for block in FENCE.findall(re.sub(r"^> ?", "", text, flags=re.M)):  # blocks in quotes too
+    for block in code_blocks(text):
         env = {}
         for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
             line = re.sub(r"^\$\s+", "", line.strip())
@@ -46,7 +59,7 @@ def parse_error(command: str) -> str | None:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            build_parser().parse_args(shlex.split(command, comments=True)[1:])
+            parser().parse_args(shlex.split(command, comments=True)[1:])
     except SystemExit as e:
         if e.code not in (0, None):
             return err.getvalue().strip().splitlines()[-1]
@@ -95,9 +108,6 @@ def test_every_file_a_page_names_exists_and_scripts_take_the_flags_shown(page):
     assert not unknown, unknown
 
 
-PYTHON_BLOCK = re.compile(r"^\s*```python[^\n]*\n(.*?)^\s*```", re.S | re.M)
-
-
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_python_example_is_python_and_imports_what_lengen_has(page):
     """A ```python block of a page parses, and every name it imports from lengen exists (a moved
@@ -108,7 +118,7 @@ def test_every_python_example_is_python_and_imports_what_lengen_has(page):
     import textwrap
 
     missing = []
-    for block in PYTHON_BLOCK.findall(re.sub(r"^> ?", "", page.read_text(), flags=re.M)):
+    for block in code_blocks(page.read_text(), "python"):
         tree = ast.parse(textwrap.dedent(block))   # a SyntaxError names the line
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lengen":
@@ -126,7 +136,7 @@ def test_the_readme_s_model_example_runs_and_gives_the_shape_it_says():
     """README's Python example (a task, a model, a position sampler) is self-contained: run it and
     compare the logits' shape with the `# [B, T, V]` comment beside the call."""
     readme = (ROOT / "README.md").read_text()
-    block = next(b for b in PYTHON_BLOCK.findall(readme) if "get_task" in b)
+    block = next(b for b in code_blocks(readme, "python") if "get_task" in b)
     said = re.search(r"logits = .*#\s*\[([\d, ]+)\]", block)
     assert said, "the example's last line should say the logits' shape"
     scope = {}
