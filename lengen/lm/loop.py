@@ -125,12 +125,7 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
                 on_log(step, row)
             loss_sum.zero_()
             loss_count = 0
-        stop = deadline.stop_here(step, cfg.steps)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
-            checkpoint()
-        if stop:
-            bar.close()
-            raise deadline.reached(step, cfg.steps)
+        deadline.checkpoint_or_stop(step, cfg.steps, cfg.checkpoint_every, checkpoint, bar)
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()

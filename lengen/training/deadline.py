@@ -37,6 +37,17 @@ def stop_here(step: int, steps: int) -> bool:
     return step < steps and passed()
 
 
+def checkpoint_or_stop(step: int, steps: int, checkpoint_every: int, checkpoint, bar) -> None:
+    """The end of a training step: `checkpoint()` on schedule, at the last step or at the
+    deadline; at the deadline, close the progress bar and raise DeadlineReached."""
+    stop = stop_here(step, steps)
+    if step % checkpoint_every == 0 or step == steps or stop:
+        checkpoint()
+    if stop:
+        bar.close()
+        raise reached(step, steps)
+
+
 def reached(step: int, steps: int) -> DeadlineReached:
     return DeadlineReached(f"stopped at step {step} of {steps}: the time limit passed; the checkpoint "
                            "there resumes it")

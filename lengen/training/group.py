@@ -195,6 +195,15 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
     sub_rngs, sub_gens = [rngs[i] for i in active], [gens[i] for i in active]
     bar = progress_bar(cfg.steps, f"train {len(active)} x {cfg.task} {cfg.model.pe}/{cfg.positions}",
                        disable=not progress, initial=start, unit="step")
+
+    def checkpoint():  # every live member's stack slice back into its model and optimizer, saved
+        for j, i in enumerate(active):
+            if i in diverged:
+                continue
+            stack.unstack(j, optimizers[i])
+            sessions[i].save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
+                             window=window_state(j))
+
     step = start
     while step < cfg.steps:
         loss, correct, count = group_step(stack, sub_parts, sub, sub_rngs, sub_gens, device, max_buckets, overhead)
@@ -217,17 +226,7 @@ def _train_members(active, cfgs, parts, models, optimizers, sessions, rngs, gens
             base_steps = [0] * len(active)
             sums = [torch.zeros_like(s) for s in sums]
             counted = 0
-        stop = deadline.stop_here(step, cfg.steps)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
-            for j, i in enumerate(active):
-                if i in diverged:
-                    continue
-                stack.unstack(j, optimizers[i])
-                sessions[i].save(models[i], optimizers[i], rng=_member_rng(rngs[i], gens[i], dropout_gens[i], device),
-                                 window=window_state(j))
-        if stop:
-            bar.close()
-            raise deadline.reached(step, cfg.steps)
+        deadline.checkpoint_or_stop(step, cfg.steps, cfg.checkpoint_every, checkpoint, bar)
     bar.close()
     for j, i in enumerate(active):
         stack.unstack(j)

@@ -127,12 +127,7 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
             window = Window()
             if on_log is not None:
                 on_log(step, row)
-        stop = deadline.stop_here(step, cfg.steps)
-        if step % cfg.checkpoint_every == 0 or step == cfg.steps or stop:
-            checkpoint()
-        if stop:
-            bar.close()
-            raise deadline.reached(step, cfg.steps)
+        deadline.checkpoint_or_stop(step, cfg.steps, cfg.checkpoint_every, checkpoint, bar)
     bar.close()
     if ckpt is None and cfg.steps == 0:
         checkpoint()
