@@ -432,7 +432,12 @@ def unmarked_tables(docs: Path) -> list[str]:
 
 
 #: a measured-looking decimal in prose: not a version (5.24.0) nor part of a word or path
-PROSE_NUMBER = re.compile(r"(?<![\w.])[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))")
+PROSE_NUMBERS = (
+    re.compile(r"(?<![\w.])[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))"),  # 7.41, 7.6x
+    # an integer percentage (a score rounded by hand goes stale like a decimal), not the level of
+    # an interval ("95% t interval"), which is a setting
+    re.compile(r"(?<![\w.,])(\d+)(?=\s?%)(?!\s?%\s+(?:t\s+)?(?:interval|confidence|CI))"),
+)
 FROM = "<!-- numbers from:"
 
 
@@ -441,9 +446,9 @@ def _found(number: str, text: str) -> bool:
 
 
 def unsourced_numbers(docs: Path) -> list[str]:
-    """"page:line: NUMBER" for each decimal number in a prose paragraph (outside generated
-    blocks, tables, code and inline code) that no generated block of its page shows: a number
-    copied by hand from a result, which goes stale when the data changes. A line
+    """"page:line: NUMBER" for each decimal number or integer percentage in a prose paragraph
+    (outside generated blocks, tables, code and inline code) that no generated block of its page
+    shows: a number copied by hand from a result, which goes stale when the data changes. A line
     `<!-- numbers from: PAGE.md ... -->` right above a paragraph adds those pages' blocks to
     where its numbers are looked up; `<!-- hand-written: WHY -->` exempts the paragraph (a
     constant, a definition, a quote, arithmetic on shown numbers, dated history)."""
@@ -488,7 +493,7 @@ def unsourced_numbers(docs: Path) -> list[str]:
                     start = i
                 in_paragraph = True
                 prose = re.sub(r"`[^`]*`|\]\([^)]*\)|<!--.*?-->", " ", line)
-                numbers.extend((m[1], i) for m in PROSE_NUMBER.finditer(prose))
+                numbers.extend((m[1], i) for pattern in PROSE_NUMBERS for m in pattern.finditer(prose))
         close()
     return found
 

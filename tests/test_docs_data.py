@@ -313,10 +313,11 @@ def test_a_hand_copied_table_of_measurements_is_found_until_it_is_marked(tmp_pat
 
 
 def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_marked(tmp_path):
-    """A decimal number in a prose paragraph must be one that a generated block of its page shows
-    (so it fails --check once the data changes it), or one that a `<!-- numbers from: PAGE -->`
-    line points to, or its paragraph is marked `<!-- hand-written: why -->`. Versions, inline
-    code and link targets are not numbers of a result."""
+    """A decimal number or integer percentage in a prose paragraph must be one that a generated
+    block of its page shows (so it fails --check once the data changes it), or one that a
+    `<!-- numbers from: PAGE -->` line points to, or its paragraph is marked
+    `<!-- hand-written: why -->`. Versions, inline code and link targets are not numbers of a
+    result."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from build_docs import unsourced_numbers
 
@@ -347,6 +348,11 @@ def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_m
     # code is not prose
     (tmp_path / "results.md").write_text("```\nlengen train --lr 0.001\n```\n")
     assert unsourced_numbers(tmp_path) == []
+    # an integer percentage is a rounded score (a block's 72.7 does not show 73%), the level of an
+    # interval is a setting
+    (tmp_path / "results.md").write_text("<!-- generated: report x -->\n| 72.7 | 85.3 |\n<!-- end generated -->\n\n"
+                                         "Abacus 73% at 6 digits, coupling 85% (a 95% t interval; 95 % CI).\n")
+    assert unsourced_numbers(tmp_path) == ["results.md:5: 73"]
 
 
 def test_the_committed_inspect_example_is_what_its_checkpoint_gives(tmp_path):
