@@ -431,7 +431,8 @@ def unmarked_tables(docs: Path) -> list[str]:
     return found
 
 
-#: a measured-looking decimal in prose: not a version (5.24.0) nor part of a word or path
+#: measured-looking numbers in prose: decimals (not a version, 5.24.0, nor part of a word or path)
+#: and integer percentages
 PROSE_NUMBERS = (
     re.compile(r"(?<![\w.])[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))"),  # 7.41, 7.6x
     # an integer percentage (a score rounded by hand goes stale like a decimal), not the level of
