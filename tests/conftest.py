@@ -26,6 +26,14 @@ def one_thread():
 
 
 @pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """LENGEN_CACHE (token caches, compiled kernels) in the test's own folder: a module that writes
+    caches asks for it (`pytestmark = pytest.mark.usefixtures("private_cache")`); not autouse, so
+    the rest of the suite shares one kernel build."""
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
 def no_gpu(monkeypatch):
     """torch sees no GPU, on any machine."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -24,9 +24,7 @@ def model_dir(tmp_path_factory):
     return save_tiny_llama(tmp_path_factory.mktemp("hf"))
 
 
-@pytest.fixture(autouse=True)
-def own_token_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def read_csv(path):
@@ -149,11 +147,10 @@ def test_nll_fn_follows_the_shared_convention(model_dir):
     assert point.tokens == 40 and point.ppl == pytest.approx(math.exp(float(full.mean())), rel=1e-4)
 
 
-def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_dir, tmp_path, monkeypatch):
+def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_dir, tmp_path):
     from lengen.errors import LengenError
     from lengen.hf.evaluate import EvalSettings, corpus_encoder, sequences
 
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
     tok = char_tokenizer()
     settings = EvalSettings(str(model_dir / "model"), ["rope"], [32, 100], corpus=str(model_dir / "corpus"),
                             docs=2)
@@ -172,13 +169,12 @@ def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_d
         sequences(settings, tok)
 
 
-def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path, monkeypatch):
+def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir):
     """A model whose tokenizer begins every text with BOS (Gemma: it degrades without it) is scored
     on sequences that begin so: BOS, then the text's first L tokens, L + 1 in all. A tokenizer that
     adds none (the char tokenizer, SmolLM2's) gets the text alone, as before."""
     from lengen.hf.evaluate import EvalSettings, bos_prefix, sequences
 
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
     tok = bos_char_tokenizer()
     assert tok("ab")["input_ids"] == [tok.bos_token_id, tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")]
     assert bos_prefix(tok) == [tok.bos_token_id] and bos_prefix(char_tokenizer()) == []
@@ -248,10 +244,9 @@ def test_gguf_gemma_tokenizer_needs_transformers_5_23(cls, version, problem):
     assert (got is None) if problem is None else (problem in got and version in got)
 
 
-def test_short_documents_are_joined_by_eos(tmp_path, monkeypatch):
+def test_short_documents_are_joined_by_eos(tmp_path):
     from lengen.data import TextEncoder, load_documents, long_sequences
 
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
     for name, text in [("a.txt", "abc"), ("b.txt", "defg"), ("c.txt", "x" * 30)]:
         (tmp_path / name).write_text(text)
     enc = TextEncoder(lambda t: [ord(c) for c in t], "ord-v1", EOS=0)

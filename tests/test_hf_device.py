@@ -20,11 +20,7 @@ def model_dir(tmp_path_factory):
     return save_tiny_llama(tmp_path_factory.mktemp("hf"))
 
 
-@pytest.fixture(autouse=True)
-def own_token_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
-
-
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def args(model_dir, out, *extra):

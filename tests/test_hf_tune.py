@@ -41,9 +41,7 @@ def model_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture(autouse=True)
-def own_token_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def tune_args(model_dir, out, *extra):

@@ -17,9 +17,7 @@ from guards import interrupt_on_call, ModelLoaded, no_model
 
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def train(out, *extra):

@@ -9,9 +9,7 @@ from lengen.data.corpus import name_fraction
 from lengen.errors import LengenError
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def make_folder(root, n=40):

@@ -20,11 +20,7 @@ from guards import interrupt_on_call
 
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
-
-
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def train(out, *extra, steps=6):

@@ -23,9 +23,12 @@ TINY = ["--corpus", CORPUS, "--train-length", "16", "--layers", "1", "--heads", 
         "--val-windows", "4", "--no-progress", "--threads", "1"]
 
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+def one_thread_each_test():
+    # the commands under test set the thread count (--threads); the next test starts from one again
     torch.set_num_threads(1)
 
 

@@ -26,9 +26,7 @@ from lengen.sweeps.spec import SweepSpecError, expand, load_spec
 from tiny_lm import TINY
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # -- the paper's definition, independently ------------------------------------------------------
