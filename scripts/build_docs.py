@@ -15,7 +15,8 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
 (docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
-a committed `lengen hf tune` (docs/data/hftune/NAME), `inspect RUN` the `lengen inspect` example
+a committed `lengen hf tune` (docs/data/hftune/NAME; `hftune NAME evaluation`: its evaluation
+slice alone, for a cached search reported on other text), `inspect RUN` the `lengen inspect` example
 (docs/data/inspect/RUN), `costs` what each committed study took to run, `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
@@ -170,10 +171,14 @@ class Blocks:
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
                 f"{versions(env)}; {seconds / 60:,.1f} minutes of evaluation\n")
 
-    def hftune(self, name: str) -> str:
+    def hftune(self, name: str, part: str = "all") -> str:
         """`hftune NAME`: a committed `lengen hf tune` (docs/data/hftune/NAME/tune.json): the settings
         the search scored, ranked, the chosen one, plain RoPE and the method's default on the
-        evaluation slice, and what computed it (meta.environment, or environment.json beside it)."""
+        evaluation slice, and what computed it (meta.environment, or environment.json beside it).
+        `hftune NAME evaluation` leaves the ranking out: for a rerun of a search another block shows,
+        reported on other text (--eval-text)."""
+        if part not in ("all", "evaluation"):
+            raise ValueError(f"hftune {name}: the part is 'evaluation' or nothing, not {part!r}")
         folder = self.data / "hftune" / name
         out = io.read_json(folder / "tune.json")
         meta = out["meta"]
@@ -184,15 +189,19 @@ class Blocks:
                  f"{r['sequences']}/{n}", r["status"], "yes" if r["default"] else ""] for r in scored]
         table = markdown_rows(["rank", "setting", "tune ppl", "sequences", "status", "default"], rows)
         unreached = len(out["ranking"]) - len(scored)
+        # over every run into the same --out (meta.new_evaluations counts the last run's alone)
+        scored_sequences = sum(r["sequences"] for r in scored)
         evaluation = markdown_rows(["on the evaluation slice", "setting", "ppl"],
                                    [[e["role"], e["spec"], f"{e['eval_ppl']:.3f}"] for e in out["evaluation"]])
         model = meta.get("gguf_file") or Path(meta["model_path"]).name
         device = env.get("gpu") or env["device"]
-        return (f"{table}\n" + (f"{unreached} more settings of the grid were not reached within the budget.\n"
-                                if unreached else "") + f"\n{evaluation}\n"
+        search = "" if part == "evaluation" else (
+            f"{table}\n" + (f"{unreached} more settings of the grid were not reached within the budget.\n"
+                            if unreached else "") + "\n")
+        return (f"{search}{evaluation}\n"
                 f"{model} (trained to {meta['train_length']:,} tokens) tuned for {meta['length']:,} tokens: "
-                f"last {meta['segment']:,} tokens of {n} tune and {len(meta['eval_slice'])} evaluation sequences "
-                f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {meta['new_evaluations']} sequence evaluations, "
+                f"last {meta['segment']:,} tokens of {n} tune and {count_noun(len(meta['eval_slice']), 'evaluation sequence')} "
+                f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {scored_sequences} sequence evaluations, "
                 f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; "
                 f"{versions(env)}\n")
 

@@ -208,18 +208,20 @@ def test_the_docs_have_a_generated_block_for_every_committed_hf_tune():
     tunes = sorted((ROOT / "docs" / "data" / "hftune").iterdir())
     assert tunes, "no committed lengen hf tune"
     for folder in tunes:
-        assert f"<!-- generated: hftune {folder.name} -->" in pages, folder.name
+        assert (f"<!-- generated: hftune {folder.name} -->" in pages
+                or f"<!-- generated: hftune {folder.name} evaluation -->" in pages), folder.name
 
 
 def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy):
     """A hand-made `lengen hf tune` record (docs/data/hftune/NAME/tune.json) and its block, written
     out by hand: the scored settings in rank order (3 decimals), a count of those not reached, the
-    evaluation slice's rows, and the line saying what was searched and what computed it."""
+    evaluation slice's rows, and the line saying what was searched and what computed it (the
+    sequences scored over every run: this record's last run, a resume, scored only 1 of the 4)."""
     env = {"lengen_commit": "0123456789abcdef", "torch": "2.11.0+cu130", "transformers": "5.17.0",
            "device": "cuda:0", "gpu": "NVIDIA H200"}
     meta = {"model_path": "/x/m", "gguf_file": "m.gguf", "length": 32768, "train_length": 8192, "segment": 1024,
             "tune_slice": [{}, {}], "eval_slice": [{}], "eval_text": None, "shared_documents": [], "budget": 2.0,
-            "new_evaluations": 4, "search_seconds": 90.0, "dtype": "float32", "environment": env}
+            "new_evaluations": 1, "search_seconds": 90.0, "dtype": "float32", "environment": env}
     ranking = [{"rank": 1, "spec": "self_extend:group=8,window=1024", "tune_ppl": 3.19165, "sequences": 2,
                 "status": "done", "default": False},
                {"rank": 2, "spec": "yarn:factor=4", "tune_ppl": 3.48191, "sequences": 2, "status": "done",
@@ -246,7 +248,7 @@ def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy
                 "| rope | rope | 4441.057 |\n"
                 "\n"
                 "m.gguf (trained to 8,192 tokens) tuned for 32,768 tokens: last 1,024 tokens of 2 tune and 1 "
-                "evaluation sequences (the same text, other documents); budget 2 min, 4 sequence evaluations, "
+                "evaluation sequence (the same text, other documents); budget 2 min, 4 sequence evaluations, "
                 "1.5 minutes of search; float32, NVIDIA H200; transformers 5.17.0, torch 2.11.0+cu130, "
                 "lengen 0123456789ab\n")
 
@@ -255,6 +257,15 @@ def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy
         write()
 
     assert_block_follows_data(copy, "huggingface.md", "hftune tiny-tune", expected, change)
+
+    # `evaluation`: the same record without the ranking (a cached search reported on other text)
+    evaluation[0]["eval_ppl"] = 8.5362
+    write()
+    tail = expected[expected.index("| on the evaluation slice"):]
+    assert_block_follows_data(copy, "training_free.md", "hftune tiny-tune evaluation", tail, change)
+    add_block(copy / "sweeps.md", "hftune tiny-tune ranking", "")
+    done = check(copy, copy / "data", only="tiny-tune")
+    assert done.returncode != 0 and "'evaluation' or nothing" in done.stdout + done.stderr
 
 
 def test_a_bench_block_is_the_table_a_benchmark_printed(copy):

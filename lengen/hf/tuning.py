@@ -37,6 +37,7 @@ from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
+from lengen.formats import count_noun
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
                                 load_tokenizer, nll_fn, sequences_digest)
@@ -425,8 +426,8 @@ def format_result(output: dict) -> str:
                      f"{'yes' if r['default'] else ''} |" + (f" {acc} |" if pk else ""))
     meta = output["meta"]
     where = evaluation_source(meta)
-    lines += ["", f"chosen: {output['chosen']} (tune ppl {output['tune_ppl']:.4f} on {n} sequences)",
-              f"evaluation slice ({len(meta['eval_slice'])} sequences, {where}; last {meta['segment']} "
+    lines += ["", f"chosen: {output['chosen']} (tune ppl {output['tune_ppl']:.4f} on {count_noun(n, 'sequence')})",
+              f"evaluation slice ({count_noun(len(meta['eval_slice']), 'sequence')}, {where}; last {meta['segment']} "
               f"tokens at length {meta['length']}):"]
     lines += [f"  {e['role']:8s} {e['spec']:40s} ppl {e['eval_ppl']:.4f}"
               + (f"  passkey {e['eval_passkey']:.2f}" if "eval_passkey" in e else "") for e in output["evaluation"]]
