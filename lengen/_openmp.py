@@ -9,6 +9,11 @@ beside one CPU-bound process (the issue that reported it saw 30x with 40 steps).
 So: if, at import, other processes keep at least half a core busy, threads wait passively;
 otherwise torch's default (spin, then sleep) stays. A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is
 never changed. Only Linux (/proc/stat) is sampled; elsewhere the default stays.
+
+Load that arrives later is lengen._threads' job (the thread count is the one OpenMP setting that
+can still change once the runtime is loaded); the user's choices it must not override are kept
+here, where nothing imports torch: the environment as it was before lengen changed it, and
+`--threads` (pin_threads).
 """
 
 from __future__ import annotations
@@ -18,6 +23,26 @@ import time
 
 BUSY_CORES = 0.5        # others' load, in cores, from which threads wait passively
 SAMPLE_SECONDS = 0.05       # 5 clock ticks per core at 100 Hz
+
+#: thread-count and wait-policy settings the user made, read when lengen is first imported (before
+#: choose_wait_policy adds its own OMP_WAIT_POLICY, which is not the user's)
+USER_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+USER_SETTINGS = {k: os.environ[k] for k in USER_VARIABLES if k in os.environ}
+_pinned: int | None = None
+
+
+def pin_threads(n: int) -> None:
+    """The user chose `n` torch threads (--threads): lengen._threads never changes the count.
+    The caller sets torch's count itself."""
+    global _pinned
+    _pinned = n
+
+
+def user_choice() -> str | None:
+    """What the user chose about threads ('--threads 2', 'OMP_NUM_THREADS=4'), None if nothing."""
+    if _pinned is not None:
+        return f"--threads {_pinned}"
+    return ", ".join(f"{k}={v}" for k, v in USER_SETTINGS.items()) or None
 
 
 def _cpu_times(stat: str) -> tuple[int, int]:

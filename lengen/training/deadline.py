@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 
+from lengen import _threads
 from lengen.errors import LengenError
 
 _stop_at: float | None = None
@@ -39,7 +40,9 @@ def stop_here(step: int, steps: int) -> bool:
 
 def checkpoint_or_stop(step: int, steps: int, checkpoint_every: int, checkpoint, bar) -> None:
     """The end of a training step: `checkpoint()` on schedule, at the last step or at the
-    deadline; at the deadline, close the progress bar and raise DeadlineReached."""
+    deadline; at the deadline, close the progress bar and raise DeadlineReached. Every training
+    loop ends its steps here, so the thread count follows the machine's load here too."""
+    _threads.between_steps()
     stop = stop_here(step, steps)
     if step % checkpoint_every == 0 or step == steps or stop:
         checkpoint()
