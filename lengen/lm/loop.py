@@ -27,7 +27,7 @@ from lengen.environment import run_environment
 from lengen.progress import progress_bar
 from lengen.training import deadline
 from lengen.training.optim import fused_optimizer_ok
-from lengen.training.run_dir import RunDir
+from lengen.training.run_dir import RunDir, config_digest
 from lengen.training.session import TrainingSession
 
 EVAL_FILE = "eval.json"
@@ -131,7 +131,8 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
         checkpoint()
     train_seconds = session.elapsed()
     last = session.metrics[-1] if session.metrics else {}
-    record = {**objective.validate(), "steps": session.step, "parameters": model.num_parameters(),
+    record = {**objective.validate(), "steps": session.step, "config_digest": config_digest(cfg),
+              "parameters": model.num_parameters(),
               **objective.describe, "corpus": corpus.summary(), "train_loss": last.get("loss"),
               "train_seconds": round(train_seconds, 3),
               "environment": run_environment(next(model.parameters()).device)}

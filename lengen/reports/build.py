@@ -39,4 +39,7 @@ def build_report(sweep_path, out) -> dict:
     data = load_sweep(sweep_path)
     report = REPORTS[data.kind]
     made = report.build(data, Path(out))
-    return {**made, "summary": report.summary(made)}
+    # a run whose results cannot be read back is not counted: say which, and why, rather than a quiet gap
+    damaged = [f"not counted: run {rid}: {why}; `lengen sweep run` evaluates it again"
+               for rid, why in data.damaged.items()]
+    return {**made, "summary": [*report.summary(made), *damaged]}

@@ -6,7 +6,7 @@ report is right even when the tables in the folder are older than the runs; an e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +29,7 @@ class SweepData:
                              # finished) and `done`
     values: pd.DataFrame     # the finished runs' values by length: the long table's columns
     configs: list            # each planned run's config, in the order of `runs`
+    damaged: dict = field(default_factory=dict)   # run id -> why its done file is not counted (SweepDir.damage)
 
 
 def _index(path) -> dict:
@@ -50,7 +51,7 @@ def load_sweep(path) -> SweepData:
         runs = expand(spec)
     except LengenError as e:
         raise LengenError(f"{path}: its sweep no longer expands with this lengen ({e})") from None
-    sweep = SweepDir(path, spec.kind.done_file(spec.evaluation))
+    sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
     if is_export(path):
         rows, by_length = _exported(sweep.path, spec, runs, writer)
@@ -67,7 +68,9 @@ def load_sweep(path) -> SweepData:
     spec_file = sweep.path / SweepDir.SPEC
     return SweepData(name=spec.name, path=sweep.path, spec_text=spec_file.read_text() if spec_file.exists() else "",
                      kind=spec.command, evaluation=spec.evaluation or {}, runs=frame,
-                     values=by_length, configs=[r.config for r in runs])
+                     values=by_length, configs=[r.config for r in runs],
+                     damaged={} if is_export(path) else
+                     {r.run_id: why for r in runs if (why := sweep.damage(r.run_id)) is not None})
 
 
 def _exported(path: Path, spec, runs, writer: ResultsWriter) -> tuple[list[dict], pd.DataFrame]:

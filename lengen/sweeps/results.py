@@ -104,7 +104,9 @@ class ResultsWriter:
         if run.run_id in self._cache:
             return self._cache[run.run_id]
         path = self.sweep.run_path(run.run_id)
-        try:  # no done file yet: not finished, and read again at the next rebuild
+        if not self.sweep.is_done(run.run_id):  # no done file yet, or a damaged or foreign one (SweepDir.damage)
+            return self.known.get(run.run_id)
+        try:  # read again at the next rebuild
             done = io.read_json(path / self.sweep.done_file)
             result, values = self.kind.rows_of(path, done, self.evaluation)
         except (OSError, ValueError):

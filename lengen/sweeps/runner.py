@@ -93,7 +93,7 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     the whole file, the folder, the device (or the Ray cluster), another runner on the folder."""
     opts.validate()
     runs = expand(spec)  # every problem of the file, before anything is written
-    sweep = SweepDir(out, spec.kind.done_file(spec.evaluation))
+    sweep = SweepDir(out, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
     sweep.check_writable()
     io.check_writable(sweep.path, "choose another --out (a finished sweep can be read where it is: "
                       "`lengen sweep status`, `lengen report --out ELSEWHERE`)")
@@ -150,6 +150,10 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
         print(f"the sweep file changed: the previous one is kept in {kept}")
     if opts.reuse:
         print(f"--reuse: {len(adopted)} runs of the same configuration copied from {opts.reuse}")
+    for rid in [rid for rid, s in states.items() if s == "damaged"]:
+        again = "evaluated again from its checkpoint" if (sweep.run_path(rid) / "checkpoint.pt").exists() \
+            else "trained again (no checkpoint)"
+        print(f"run {rid}: {sweep.damage(rid)}; not counted as done: it is {again}")
     if outside:
         finished = sum(sweep.is_done(rid) for rid in outside)
         print(f"{len(outside)} runs in {sweep.path / 'runs'} ({finished} finished) are not in this grid and "

@@ -35,18 +35,17 @@ runs and reported together, each with the grid point that causes it.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from lengen.errors import LengenError
-from lengen.options import check_finite, get_path
+from lengen.options import check_finite
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 from lengen.sweeps.presets import preset_names, preset_path
+from lengen.training.run_dir import config_digest
 
 TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "variants", "exclude", "eval")
 #: the grid axis `variants:` adds (a grid point's `variant` is the variant's name)
@@ -110,14 +109,7 @@ def run_id(cfg) -> str:
     """12 hex digits of the SHA-256 of the config (runtime fields left out), keys sorted. A field
     added after sweeps existed (`cfg.ADDED_FIELDS`, dotted path -> its default) is hashed only when
     it differs from that default, so existing sweep folders keep their run ids and resume."""
-    d = {k: v for k, v in cfg.to_dict().items() if k not in cfg.RUNTIME}
-    for dotted, default in getattr(cfg, "ADDED_FIELDS", {}).items():
-        *parents, key = dotted.split(".")
-        holder = get_path(d, ".".join(parents)) if parents else d
-        if holder.get(key, default) == default:
-            holder.pop(key, None)
-    blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return config_digest(cfg, [k for k in cfg.to_dict() if k not in cfg.RUNTIME])
 
 
 def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | None:

@@ -9,17 +9,19 @@ from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 def sweep_status(path) -> dict:
     """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
-    "running": [{run_id, step, steps}], "resumable": n pending runs that hold a checkpoint,
+    "running": [{run_id, step, steps}], "damaged": [{run_id, point, problem}] runs whose done file
+    cannot be counted (the next `sweep run` evaluates them again), "resumable": n pending runs that
+    hold a checkpoint,
     "runner": who runs the sweep now ("pid N on HOST since T") or None,
     "outside": [{run_id, done}] run directories not in the grid (an earlier sweep file's)}."""
     index = SweepDir(path).read_index()
     try:
         spec = parse_spec(index["spec"], where=str(path))
-        sweep = SweepDir(path, spec.kind.done_file(spec.evaluation))
+        sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
     except LengenError:  # a file this lengen no longer reads: CHE's done file
         sweep = SweepDir(path)
     counts = {s: 0 for s in STATES}
-    failed, running, resumable = [], [], 0
+    failed, running, damaged, resumable = [], [], [], 0
     for run in index["runs"]:
         rid = run["run_id"]
         state = sweep.state(rid)
@@ -28,12 +30,15 @@ def sweep_status(path) -> dict:
             info = sweep.failure(rid) or {}
             failed.append({"run_id": rid, "point": run["point"], "error": info.get("error", "?"),
                            "log": str(sweep.log_file(rid))})
+        elif state == "damaged":
+            damaged.append({"run_id": rid, "point": run["point"], "problem": sweep.damage(rid)})
         elif state == "running":
             p = sweep.progress(rid) or {}
             running.append({"run_id": rid, "step": p.get("step"), "steps": p.get("steps")})
         elif state == "pending" and (sweep.run_path(rid) / "checkpoint.pt").exists():
             resumable += 1
     return {"name": index["name"], "total": len(index["runs"]), "counts": counts, "failed": failed,
+            "damaged": damaged,
             "running": running, "resumable": resumable, "runner": sweep.runner(),
             "outside": [{"run_id": rid, "done": sweep.is_done(rid)}
                         for rid in sweep.outside(r["run_id"] for r in index["runs"])]}

@@ -15,8 +15,10 @@ the results tables rebuilt from those run directories (the single source of trut
     DIR/accuracy_by_length.csv  run_id, length, accuracy
 
 A run is done when its done file exists (written last: eval.json for CHE runs, the evaluation's
-sweep-eval-<hash>.json for language models, lengen.sweeps.kinds), running while its lock is held, failed when
-its failure file exists, pending otherwise (possibly with a checkpoint to resume from).
+sweep-eval-<hash>.json for language models, lengen.sweeps.kinds) and, read back, is whole and this
+run's (its kind's `done_problem`), running while its lock is held, failed when its failure file
+exists, damaged when its done file is there but cannot be counted (the next `sweep run` names it and
+evaluates the run again), pending otherwise (possibly with a checkpoint to resume from).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from lengen import io
 from lengen.errors import LengenError
 
-STATES = ("done", "running", "failed", "pending")
+STATES = ("done", "damaged", "running", "failed", "pending")
 
 
 class SweepDir:
@@ -40,9 +42,13 @@ class SweepDir:
     INDEX = "sweep.json"
     RUNNER = "runner.lock"
 
-    def __init__(self, path: str | Path, done_file: str = "eval.json"):
+    def __init__(self, path: str | Path, done_file: str = "eval.json", kind=None, evaluation: dict | None = None):
+        """`kind` (lengen.sweeps.kinds) and the sweep's `evaluation`: done files are read back
+        and checked (`damage`); without them, a done file counts by being there."""
         self.path = Path(path)
         self.done_file = done_file
+        self.kind, self.evaluation = kind, evaluation
+        self._damage: dict[str, tuple] = {}
 
     def run_path(self, run_id: str) -> Path:
         return self.path / "runs" / run_id
@@ -165,8 +171,23 @@ class SweepDir:
             raise LengenError(f"{self.path / self.INDEX} is damaged ({e}); rerun `lengen sweep run` "
                               "with the sweep file to rewrite it") from None
 
+    def damage(self, run_id: str) -> str | None:
+        """Why the run's done file, which is there, cannot be counted (one line naming the file:
+        damaged, or another run's), or None: no done file, or one that can."""
+        done = self.run_path(run_id) / self.done_file
+        try:
+            stamp = done.stat().st_mtime_ns
+        except OSError:
+            return None
+        if self.kind is None:
+            return None
+        if self._damage.get(run_id, (None,))[0] != stamp:  # read back once per version of the file
+            self._damage[run_id] = (stamp, self.kind.done_problem(self.run_path(run_id), self.done_file,
+                                                                  self.evaluation))
+        return self._damage[run_id][1]
+
     def is_done(self, run_id: str) -> bool:
-        return (self.run_path(run_id) / self.done_file).exists()
+        return (self.run_path(run_id) / self.done_file).exists() and self.damage(run_id) is None
 
     def state(self, run_id: str) -> str:
         if self.is_done(run_id):
@@ -175,6 +196,8 @@ class SweepDir:
             return "running"
         if self.state_file(run_id, "failure.json").exists():
             return "failed"
+        if (self.run_path(run_id) / self.done_file).exists():
+            return "damaged"
         return "pending"
 
     def failure(self, run_id: str) -> dict | None:

@@ -24,9 +24,9 @@ from lengen.training.config import TrainConfig
 from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
 from lengen.training.optim import che_adam
 from lengen.training.plots import plot_accuracy
-from lengen.training.run_dir import RunDir
+from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - re-exported
-from lengen.training.setup import RunParts, build_run, total_length
+from lengen.training.setup import RunParts, build_run, default_test_mode, total_length
 
 
 def run_rng_state(np_rng, gen, device) -> dict:
@@ -91,9 +91,10 @@ def train_step(parts: RunParts, cfg: TrainConfig, optimizer, np_rng, gen, device
 
 
 def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bool = True,
-          on_log: Callable[[int, dict], None] | None = None) -> dict:
+          on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`, then evaluate and write eval.json and accuracy.png.
-    `on_log(step, row)` is called with every metrics row (sweeps report progress through it)."""
+    `on_log(step, row)` is called with every metrics row (sweeps report progress through it);
+    `note(line)` when a finished run's eval.json is damaged or another run's (evaluated again)."""
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is written
     torch.manual_seed(cfg.seed)  # before the model is built: the seed fixes the initial weights
     parts = build_run(cfg)
@@ -134,22 +135,47 @@ def train(cfg: TrainConfig, out: str | Path, progress: bool = True, evaluate: bo
     if not evaluate:
         return {}
     if session.step == session.resumed_at:  # nothing trained in this call: reuse a finished evaluation
-        previous = reusable_eval(run, cfg, parts.test_mode, device, session.step)
+        previous = reusable_eval(run, cfg, parts.test_mode, device, session.step, note)
         if previous is not None:
             return previous
     return evaluate_run(run, parts=parts, cfg=cfg, progress=progress, train_seconds=session.elapsed())
 
 
-def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: int) -> dict | None:
-    """The run's eval.json when every setting that shapes an evaluation matches, else None."""
+#: the fields of an eval.json that say which run it is (the others: how it was evaluated)
+IDENTIFYING = ("config_digest", "task", "pe", "positions", "train_length")
+
+
+def expected_eval(cfg: TrainConfig, test_mode: str | None = None) -> dict:
+    """What the run's own eval.json (its default evaluation) says of the run and its settings:
+    lengen.training.run_dir.record_mismatch checks a record read back against it."""
+    if test_mode is None:  # build_run's choice, without building the model
+        test_mode = "standard" if cfg.model.recurrent else cfg.test_positions or default_test_mode(cfg.positions)
+    return {"config_digest": config_digest(cfg), "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
+            "train_length": cfg.train_length, "steps": cfg.steps, "max_length": cfg.max_length,
+            "eval_samples": cfg.eval_samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,
+            "test_positions": test_mode, "precision": cfg.precision}
+
+
+def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: int,
+                  note: Callable[[str], None] | None = None) -> dict | None:
+    """The run's eval.json when it is this run's and every setting that shapes an evaluation
+    matches, else None. `note(line)` is told when a file is there but damaged or another run's."""
+    path = run.file("eval.json")
     try:
-        previous = io.read_json(run.file("eval.json"))
-    except (OSError, ValueError):
+        previous = io.read_json(path)
+    except FileNotFoundError:
         return None
-    wanted = {"max_length": cfg.max_length, "eval_samples": cfg.eval_samples, "eval_seed": cfg.eval_seed,
-              "eval_tokens": cfg.eval_tokens, "test_positions": test_mode, "precision": cfg.precision,
-              "device": str(device), "steps": step}
-    return previous if all(previous.get(k) == v for k, v in wanted.items()) else None
+    except (OSError, ValueError) as e:
+        if note is not None:
+            note(f"{path} is damaged ({' '.join(str(e).split())[:80]}); evaluating the run again")
+        return None
+    expected = {**expected_eval(cfg, test_mode), "steps": step, "device": str(device)}
+    why = record_mismatch(previous, {k: expected[k] for k in IDENTIFYING})
+    if why is None:  # this run's: reused when its evaluation settings are the ones asked for
+        return previous if record_mismatch(previous, expected) is None else None
+    if note is not None:
+        note(f"{path} is {why}; evaluating the run again")
+    return None
 
 
 def load_trained(run: RunDir, cfg: TrainConfig, test_mode: str | None = None,
@@ -196,7 +222,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
         "task": cfg.task, "model": cfg.model.architecture, "pe": cfg.model.pe, "positions": cfg.positions,
         "test_positions": parts.test_mode, "train_length": cfg.train_length, "max_length": max_length,
         "eval_samples": samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,
-        "steps": cfg.steps,
+        "steps": cfg.steps, "config_digest": config_digest(cfg),
         "score": score(acc, cfg.train_length),
         "accuracy_in_train_range": float(np.mean([a for n, a in acc.items() if n <= cfg.train_length])),
         "bands": [{"lengths": label, "accuracy": a} for label, a in band_table(acc, cfg.train_length)],

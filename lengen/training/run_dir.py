@@ -4,12 +4,77 @@ command resumes from it. A directory that holds a different config is refused, u
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from lengen import io
 from lengen.errors import LengenError
-from lengen.options import flatten
+from lengen.options import flatten, get_path
+
+
+def config_digest(cfg, keys=None) -> str:
+    """12 hex digits of the SHA-256 of `cfg`'s fields `keys` (default: its IDENTITY, what defines the
+    checkpoint), sorted. A field added since (`cfg.ADDED_FIELDS`, dotted path -> default) counts only
+    when it differs from its default, so files written before it keep their digest. Evaluation
+    records carry it (`config_digest`) so a copy from another run is told apart."""
+    d = cfg.to_dict()
+    d = {k: v for k, v in d.items() if k in (cfg.IDENTITY if keys is None else keys)}
+    for dotted, default in getattr(cfg, "ADDED_FIELDS", {}).items():
+        *parents, key = dotted.split(".")
+        try:
+            holder = get_path(d, ".".join(parents)) if parents else d
+        except KeyError:  # a field outside `keys`
+            continue
+        if holder.get(key, default) == default:
+            holder.pop(key, None)
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def record_mismatch(record, expected: dict) -> str | None:
+    """Why `record` (an evaluation record read from a run directory) is not the one `expected`
+    describes (field -> value), or None: "damaged (...)", "another run's (...)" or "for KEY X, not
+    Y". A record without `config_digest` (written before records carried it) is judged by its
+    other fields."""
+    if not isinstance(record, dict):
+        return "damaged (not a JSON object)"
+    for key, value in expected.items():
+        if key not in record:
+            if key == "config_digest":
+                continue
+            return f"damaged (no {key!r})"
+        if record[key] != value:
+            return "another run's (its settings digest differs)" if key == "config_digest" else \
+                f"for {key} {record[key]!r}, not {value!r}"
+    return None
+
+
+def _differences(old: dict, new: dict, identity_keys: list[str] | None) -> str:
+    """The first five identity fields on which two configs differ ("key: old -> new"), or ""."""
+    old, new = flatten(old), flatten(new)
+    keys = set(old) | set(new)
+    if identity_keys is not None:
+        keys = {k for k in keys if any(k == p or k.startswith(p + ".") for p in identity_keys)}
+    diff = sorted(k for k in keys if old.get(k) != new.get(k))
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:5])
+
+
+#: what a training command writes into its run directory: another command replaces one of them
+#: only when told to (--force)
+RUN_FILES = ("config.json", "checkpoint.pt", "metrics.jsonl", "eval.json", "accuracy.png")
+
+
+def check_output_file(out: str | Path, force: bool = False, flag: str = "--out") -> None:
+    """Refuse (LengenError), before any work, an output file `out` given as `flag`: a folder, or one
+    of the files a training run owns (RUN_FILES, in a folder holding a config.json) unless `force`.
+    Messages name `out` as it was given."""
+    out = Path(out)
+    if out.is_dir():
+        raise LengenError(f"{flag} {out} is a folder; give the file to write (e.g. {out / 'NAME.json'})")
+    if not force and out.name in RUN_FILES and (out.parent / "config.json").is_file():
+        raise LengenError(f"{flag} {out} is the training run's own {out.name}; give another file, or add "
+                          f"--force to replace it")
 
 
 class RunDir:
@@ -53,14 +118,8 @@ class RunDir:
             if not self.file(self.CHECKPOINT).exists():
                 return False
             saved = self.read_config()
-            old = flatten(normalize(saved) if normalize else saved)
-            new = flatten(config)
-            keys = set(old) | set(new)
-            if identity_keys is not None:
-                keys = {k for k in keys if any(k == p or k.startswith(p + ".") for p in identity_keys)}
-            diff = sorted(k for k in keys if old.get(k) != new.get(k))
-            if diff:
-                shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:5])
+            shown = _differences(normalize(saved) if normalize else saved, config, identity_keys)
+            if shown:
                 raise LengenError(
                     f"run directory {self.path} holds another config ({shown}); "
                     f"use another --out or delete the directory"
@@ -81,15 +140,29 @@ class RunDir:
         return resuming
 
     # -- checkpoints and metrics ---------------------------------------------------------------
-    def load_checkpoint(self) -> dict | None:
+    def load_checkpoint(self, config: dict | None = None, identity_keys: list[str] | None = None,
+                        normalize=None) -> dict | None:
+        """The checkpoint, or None when there is none. With `config`: LengenError when the
+        checkpoint was saved by a run of another config (a copy from another run directory), on
+        `identity_keys`; `normalize` brings its saved config to the current schema."""
         path = self.file(self.CHECKPOINT)
         if not path.exists():
             return None
         try:
-            return io.load_torch(path)
+            ckpt = io.load_torch(path)
         except Exception as e:  # noqa: BLE001 - torch raises several kinds for a truncated file
             raise LengenError(f"{path} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
                               "delete it to restart the run from step 0") from None
+        saved = ckpt.get("config") if isinstance(ckpt, dict) else None
+        if config is not None and isinstance(saved, dict):  # checkpoints record their config
+            try:
+                shown = _differences(normalize(saved) if normalize else saved, config, identity_keys)
+            except LengenError as e:
+                shown = str(e)
+            if shown:
+                raise LengenError(f"{path} is another run's checkpoint ({shown}); delete it to restart "
+                                  "the run from step 0, or put back this run's own") from None
+        return ckpt
 
     def save_checkpoint(self, state: dict, metrics: list[dict]) -> None:
         """The checkpoint, then metrics.jsonl rewritten with the rows up to it."""

@@ -22,7 +22,9 @@ class TrainingSession:
         """Check `config` against the directory (nothing written if it cannot be used), then claim
         it. `normalize(saved)` brings a config saved by an older lengen to the current schema."""
         self.run, self.config, self.steps = run, config, steps
-        self.ckpt = run.load_checkpoint() if run.check(config, identity, normalize) else None
+        resuming = run.check(config, identity, normalize)
+        # a checkpoint copied in from another run is refused, not trained on
+        self.ckpt = run.load_checkpoint(config, identity, normalize) if resuming else None
         if self.ckpt is not None and self.ckpt["step"] > steps:
             done = self.ckpt["step"]
             raise LengenError(f"{run.path} is already trained to step {done}; --steps {steps} would "

@@ -25,6 +25,7 @@ from lengen.arith.options import ARITH_OPTIONS, arith_config_from_options, arith
 from lengen.arith.train import train_arith
 from lengen.lm.loop import EVAL_FILE
 from lengen.sweeps.kinds.base import SweepKind
+from lengen.training.run_dir import config_digest
 
 #: a row of the long table, less the run_id: the cell's second coordinate, its first, the counts
 CELL_COLUMNS = ("j", "length", "correct", "total", "accuracy")
@@ -66,6 +67,13 @@ class ArithKind(SweepKind):
     def done_file(self, evaluation) -> str:
         return EVAL_FILE  # the LM loop writes it last, after the evaluation
 
+    def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
+        # the training's record, its heat map included (an `arith eval` record has no training loss)
+        return {done_file: {"config_digest": config_digest(cfg), "steps": cfg.steps, "task": cfg.task, "pe": cfg.pe,
+                            "positions": cfg.positions, "format": cfg.format, "train_digits": cfg.train_digits,
+                            "test_digits": cfg.test_digits, "samples_per_cell": cfg.eval_samples,
+                            "eval_seed": cfg.eval_seed}}
+
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
         record = train_arith(cfg, path, progress=False, on_log=on_log)
         ood = record["out_of_distribution"]
@@ -76,8 +84,8 @@ class ArithKind(SweepKind):
         return ["run_id", *CELL_COLUMNS]
 
     def rows_of(self, path, done, evaluation) -> tuple[dict, list[tuple]]:
-        result = {k: done.get(k) for k in ("train_loss", "in_distribution", "out_of_distribution", "accuracy",
-                                            "parameters", "train_seconds", "eval_seconds")}
+        result = {k: done[k] for k in ("train_loss", "in_distribution", "out_of_distribution", "accuracy",
+                                        "parameters", "train_seconds", "eval_seconds")}
         result["device"] = done.get("environment", {}).get("device")
         return result, [(c["j"], c["i"], c["correct"], c["total"], c["accuracy"]) for c in done["cells"]]
 

@@ -8,6 +8,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from lengen import io
+from lengen.errors import LengenError
+from lengen.training.run_dir import RunDir, record_mismatch
+
+#: what reading a results record back can raise when the file is not whole or not what it should be
+_NOT_WHOLE = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError)
+
 
 class SweepKind:
     name: str = ""                  # the sweep file's `command:`
@@ -69,6 +76,29 @@ class SweepKind:
         """Train (or resume) and evaluate the run in `path`; returns a one-line summary."""
         raise NotImplementedError
 
+    def records(self, cfg, done_file: str, evaluation: dict | None) -> dict[str, dict]:
+        """The files of a finished run that its results are read from, each with what it must say
+        of run `cfg` (field -> value, lengen.training.run_dir.record_mismatch)."""
+        raise NotImplementedError
+
+    def done_problem(self, path: Path, done_file: str, evaluation: dict | None) -> str | None:
+        """Why the results of the run in `path`, whose done file is there, cannot be counted: its
+        config.json, or a file its results are read from, damaged (not whole, fields missing) or
+        another run's or another evaluation's; None when they can. One line naming the file."""
+        try:
+            cfg = self.config_from_dict(RunDir(path).read_config())
+        except LengenError as e:
+            return str(e).split(";")[0]
+        for name, expected in self.records(cfg, done_file, evaluation).items():
+            why = record_problem(Path(path) / name, expected)
+            if why is not None:
+                return why
+        try:
+            self.rows_of(path, io.read_json(Path(path) / done_file), evaluation)
+        except _NOT_WHOLE as e:
+            return f"{Path(path) / done_file} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+        return None
+
     def by_length_columns(self, evaluation: dict | None) -> list[str]:
         """The header of the long table: run_id, the columns that group a run's values, length,
         the value."""
@@ -79,6 +109,23 @@ class SweepKind:
         (train_seconds and eval_seconds among them), and its rows of the long table less the
         run_id. OSError or ValueError when a file it reads is missing or not whole."""
         raise NotImplementedError
+
+
+def record_problem(file: Path, expected: dict) -> str | None:
+    """Why the record in `file` cannot be read back as the one `expected` (field -> value)
+    describes: "FILE is missing", "FILE is damaged (...)", "FILE is another run's ..."; or None."""
+    try:
+        why = record_mismatch(io.read_json(file), expected)
+    except FileNotFoundError:
+        return f"{file} is missing"
+    except (OSError, ValueError) as e:
+        return f"{file} is damaged ({' '.join(str(e).split())[:80]})"
+    return None if why is None else f"{file} is {why}"
+
+
+def settings_of(evaluation: dict | None) -> dict:
+    """A sweep's `eval:` section as its done files record it (JSON's lists, not tuples)."""
+    return json.loads(json.dumps(evaluation or {}))
 
 
 def hashed_done_file(evaluation: dict | None) -> str:

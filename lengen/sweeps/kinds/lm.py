@@ -35,7 +35,8 @@ from lengen.lm.train import build_train_sampler, train_lm
 from lengen.options import coerce_value
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY, check_protocol_options
-from lengen.sweeps.kinds.base import SweepKind, hashed_done_file
+from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, settings_of
+from lengen.training.run_dir import config_digest
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
 EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "tasks", "max_new_tokens",
@@ -141,8 +142,15 @@ class LMKind(SweepKind):
     def done_file(self, evaluation) -> str:
         return hashed_done_file(evaluation)
 
+    def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
+        digest = config_digest(cfg)
+        return {EVAL_FILE: {"config_digest": digest, "steps": cfg.steps},   # the training's
+                done_file: {"config_digest": digest, "settings": settings_of(evaluation)}}
+
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
-        if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
+        training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
+        if record_problem(path / EVAL_FILE, training) is not None:  # else trained: only the evaluation is left
+            # no record, or a damaged or foreign one: resumed from the checkpoint, validated again
             train_lm(cfg, path, progress=False, on_log=on_log)
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg.train_length, cfg.device)
@@ -150,7 +158,8 @@ class LMKind(SweepKind):
         start = time.perf_counter()
         result = evaluate.evaluate_lm(path, ecfg, out_dir=path / done_file.removesuffix(".json"), progress=False,
                                       plain_for_non_rope=True)
-        io.write_json(path / done_file, {"settings": evaluation or {}, "protocol": ecfg.protocol,
+        io.write_json(path / done_file, {"settings": evaluation or {}, "config_digest": config_digest(cfg),
+                                         "protocol": ecfg.protocol,
                                          "metric": result["metric"], "lengths": ecfg.lengths,
                                          "rows": result["rows"], "device": result["meta"]["device"],
                                          "eval_seconds": round(time.perf_counter() - start, 3)})
@@ -179,3 +188,4 @@ def metric_of(protocol: str) -> str:
 
 
 LM = LMKind()
+

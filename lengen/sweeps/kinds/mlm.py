@@ -32,7 +32,8 @@ from lengen.mlm.options import MLM_OPTIONS, coerce_mlm_option, mlm_config_from_o
 from lengen.mlm.train import build_run, train_mlm
 from lengen.options import coerce_value
 from lengen.positions import evaluation_sampler
-from lengen.sweeps.kinds.base import SweepKind, hashed_done_file
+from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, settings_of
+from lengen.training.run_dir import config_digest
 from lengen.training.setup import check_positions_fit
 
 #: `lengen mlm eval` settings an `eval:` section may give (the device is where the sweep runs; the
@@ -133,14 +134,22 @@ class MLMKind(SweepKind):
     def done_file(self, evaluation) -> str:
         return hashed_done_file(evaluation)
 
+    def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
+        digest = config_digest(cfg)
+        return {EVAL_FILE: {"config_digest": digest, "steps": cfg.steps},   # the training's
+                done_file: {"config_digest": digest, "settings": settings_of(evaluation)}}
+
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
-        if not (path / EVAL_FILE).exists():  # trained already: only the evaluation is left
+        training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
+        if record_problem(path / EVAL_FILE, training) is not None:  # else trained: only the evaluation is left
+            # no record, or a damaged or foreign one: resumed from the checkpoint, validated again
             train_mlm(cfg, path, progress=False, on_log=on_log)
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg)
         start = time.perf_counter()
         result = evaluate.evaluate_mlm(path, ecfg, out_dir=path / done_file.removesuffix(".json"), progress=False)
-        io.write_json(path / done_file, {"settings": evaluation or {}, "lengths": ecfg.lengths,
+        io.write_json(path / done_file, {"settings": evaluation or {}, "config_digest": config_digest(cfg),
+                                         "lengths": ecfg.lengths,
                                          "test_positions": ecfg.test_positions, "log_n": ecfg.log_n,
                                          "rows": result["rows"], "device": str(resolve_device(ecfg.device)),
                                          "eval_seconds": round(time.perf_counter() - start, 3)})
@@ -158,3 +167,4 @@ class MLMKind(SweepKind):
 
 
 MLM = MLMKind()
+
