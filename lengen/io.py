@@ -73,8 +73,8 @@ def _atomic(path: Path, write) -> None:
             cause = cause.__context__
         if cause is None:
             raise
-        if cause.filename is None:
-            cause.filename = str(path)
+        if cause.filename is None or cause.filename == tmp:  # the hidden temporary file means nothing to the user
+            cause.filename, cause.filename2 = str(path), None
         if cause is e:
             raise
         raise cause from None

@@ -18,6 +18,7 @@ from lengen.arith.train import train_arith
 from lengen.cli import corpus_lm
 from lengen.cli.options import add_device_arguments, format_table, options_from_args, set_threads
 from lengen.io import check_writable
+from lengen.training.run_dir import check_output_file
 
 TRAIN_EPILOG = """examples:
   # Abacus embeddings (with NoPE): addition up to 5 digits, tested on every pair up to 8
@@ -104,6 +105,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--seed", type=int, help="seed of the problems (default: the run's --eval-seed)")
     p.add_argument("--out", metavar="FILE", help="where to write the results JSON, the heat map beside it as .png "
                    "(default RUN_DIR/eval-arith-MM.json)")
+    p.add_argument("--force", action="store_true", help="let --out replace a file of a training run "
+                   "(its eval.json, ...)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(p, "the evaluation runs")
     p.set_defaults(func=run_eval)
@@ -139,10 +142,13 @@ def run_train(args) -> int:
 
 def run_eval(args) -> int:
     set_threads(args.threads)
+    if args.out is not None:  # a folder, or a file another command owns: refused before the evaluation
+        for path in (Path(args.out), Path(args.out).with_suffix(".png")):
+            check_output_file(path, args.force)
+    check_writable(Path(args.out).parent if args.out else args.run_dir)
     result = evaluate_run(args.run_dir, args.test_digits, args.samples, args.seed, args.device, args.precision,
                           progress=not args.no_progress)
     out = args.out or f"{args.run_dir}/eval-arith-{result['test_digits']:02d}.json"
-    check_writable(Path(out).parent)
     io.write_json(Path(out), result)
     figure = Path(out).with_suffix(".png")
     fig = heatmap_figure({(c["i"], c["j"]): c["accuracy"] for c in result["cells"]}, result["cell_axes"],
