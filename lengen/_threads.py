@@ -117,6 +117,10 @@ class ThreadGovernor:
         self._set: int | None = None      # the count as this governor last left it
         self._next = float("-inf")        # clock time of the next sample
 
+    def restart(self) -> None:
+        """Forget the last reading and the ceiling: the next call starts afresh."""
+        self._next, self._set = float("-inf"), None
+
     def between_steps(self) -> None:
         now = self.clock()
         if now < self._next:
@@ -141,6 +145,8 @@ class ThreadGovernor:
 
 #: the process's governor: one thread count, whichever training loop runs
 governor = ThreadGovernor()
+if hasattr(os, "register_at_fork"):  # a forked worker (sweeps) starts its own readings and ceiling
+    os.register_at_fork(after_in_child=governor.restart)
 
 
 def between_steps() -> None:

@@ -211,3 +211,11 @@ def test_every_training_loop_ends_its_steps_with_the_governor(tmp_path, monkeypa
                         eval_samples=2, seed=s, checkpoint_every=2, log_every=1, device="cpu") for s in (0, 1)]
     train_group(cfgs, [tmp_path / "g0", tmp_path / "g1"], progress=False)
     assert len(calls) == 3 + 4 + 2   # once per step of the group, not per member
+
+
+def test_restart_forgets_the_reading_and_the_ceiling():
+    fake = Fake(threads=2)
+    gov = started(fake)
+    assert fake.tick(gov, 2.0) == 1
+    gov.restart()                                  # e.g. in a forked worker
+    assert fake.tick(gov, 2.0) == 1 and gov.ceiling == 1 and fake.samples == 3   # a new first reading only
