@@ -2,6 +2,7 @@
 samplers and thread setters throughout: no test here depends on the machine's load or speed."""
 
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,11 @@ from lengen.models import ModelConfig
 from lengen.training.config import TrainConfig
 from lengen.training.group import train_group
 from tiny_lm import TINY
+
+_spec = importlib.util.spec_from_file_location("shared_cpu", os.path.join(os.path.dirname(__file__), "..",
+                                                                          "benchmarks", "shared_cpu.py"))
+shared_cpu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shared_cpu)
 
 
 class Fake:
@@ -219,3 +225,12 @@ def test_restart_forgets_the_reading_and_the_ceiling():
     assert fake.tick(gov, 2.0) == 1
     gov.restart()                                  # e.g. in a forked worker
     assert fake.tick(gov, 2.0) == 1 and gov.ceiling == 1 and fake.samples == 3   # a new first reading only
+
+
+def test_the_benchmark_s_fair_share_reproduces_the_issue_s_figure():
+    # issue 49: 23.4 s alone, two more runs 5 s later: the first's fair share is 60.2 s
+    first, *later = shared_cpu.fair_share_times([0.0, 5.0, 5.0], 23.4)
+    assert first == pytest.approx(5 + 3 * (23.4 - 5)) == pytest.approx(60.2)
+    assert later == pytest.approx([3 * (23.4 - 5) + 2 * 5] * 2)
+    assert shared_cpu.fair_share_times([0.0, 20.0], 10.0) == pytest.approx([10.0, 10.0])   # never overlapping
+    assert shared_cpu.fair_share_times([3.0, 0.0], 4.0) == pytest.approx([5.0, 5.0])
