@@ -45,7 +45,7 @@ def user_choice() -> str | None:
     return ", ".join(f"{k}={v}" for k, v in USER_SETTINGS.items()) or None
 
 
-def _cpu_times(stat: str) -> tuple[int, int]:
+def cpu_times(stat: str) -> tuple[int, int]:
     """(busy, total) jiffies from the first line of /proc/stat."""
     fields = [int(x) for x in stat.split("\n", 1)[0].split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
@@ -62,9 +62,9 @@ def busy_cores(read=None, sleep=time.sleep, cores: int | None = None) -> float |
 
     read = read or _read
     try:
-        b0, t0 = _cpu_times(read())
+        b0, t0 = cpu_times(read())
         sleep(SAMPLE_SECONDS)
-        b1, t1 = _cpu_times(read())
+        b1, t1 = cpu_times(read())
     except (OSError, ValueError, IndexError):
         return None
     if t1 <= t0:
