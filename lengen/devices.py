@@ -23,13 +23,6 @@ from lengen.errors import LengenError
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 
-DEVICE_HELP = ("auto (the first GPU when torch sees one, else the CPU), cpu, cuda or cuda:N "
-               "(default auto)")
-PRECISION_HELP = ("fp32 (default), tf32 (TensorFloat-32 matmuls on CUDA; fp32 on the CPU) or bf16 "
-                  "(autocast: bfloat16 forward, float32 weights and optimizer). Measured on an H100 "
-                  "(docs/devices.md): for the CHE model tf32 = fp32 in speed and accuracy, bf16 4-7x "
-                  "slower (launch-bound), same accuracy")
-
 _SPEC = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 

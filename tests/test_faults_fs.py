@@ -244,7 +244,7 @@ def test_an_os_error_escaping_a_command_is_one_line_naming_the_path(monkeypatch,
     def denied(args):
         raise PermissionError(13, "Permission denied", "/srv/shared/runs")
 
-    monkeypatch.setattr("lengen.cli.tasks.run", denied)  # build_parser reads it on every main()
+    monkeypatch.setattr("lengen.cli.tasks.run", denied)  # main looks the handler up after parsing
     assert main(["tasks"]) == 2
     one_error_line(capsys, "/srv/shared/runs: Permission denied", "--out")
 

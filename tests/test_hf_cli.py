@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from lengen.cli import main  # noqa: E402
-from lengen.cli.options import parse_lengths  # noqa: E402
+from lengen.cli.parsers.common import parse_lengths  # noqa: E402
 
 from tiny_llama import TEXT, bos_char_tokenizer, char_tokenizer, save_tiny_llama  # noqa: E402
 from guards import ModelLoaded, no_model  # noqa: E402

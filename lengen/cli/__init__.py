@@ -1,5 +1,9 @@
-"""`lengen` command line. Each command group is one module with `add_parser(subparsers)` that
-sets `func` on its parser; adding a command is one module and one line in COMMANDS."""
+"""`lengen` command line. Each command group has a parser module, lengen.cli.parsers.NAME, with
+`add_parser(subparsers)`, which names the command's handler as a string ("lengen.cli.train:run",
+in lengen.cli.NAME); `main` imports that handler after parsing (`handler`), the one place the
+command line loads a command's implementation. So building the parser, and every `--help`, loads
+no torch (tests/test_imports.py). Adding a command is one parser module, one handler module and
+one line in COMMANDS."""
 
 from __future__ import annotations
 
@@ -10,10 +14,9 @@ import math
 import os
 import sys
 
-from lengen.environment import one_line
 from lengen.errors import LengenError
 
-# module names under lengen.cli, in the order `lengen --help` lists them
+# module names under lengen.cli.parsers, in the order `lengen --help` lists them
 COMMANDS = ["demo", "train", "evaluate", "inspect", "sweep", "report", "tasks", "presets", "lm", "mlm", "arith", "hf", "env"]
 
 EPILOG = """examples:
@@ -31,7 +34,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(one_line())
+        print(handler("lengen.environment:one_line")())
         parser.exit()
 
 
@@ -47,8 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "transformers and Python versions, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"lengen.cli.{name}").add_parser(sub)
+        importlib.import_module(f"lengen.cli.parsers.{name}").add_parser(sub)
     return parser
+
+
+def handler(name: str):
+    """The function a parser names as "module:function", imported now: after parsing, so that
+    building the parser (and --help) imports no command's implementation."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and subcommand of `parser`, as argv prefixes (("train",), ("sweep", "run"), ...),
+    in the order the help lists them: what the help tests and benchmarks/cli_help.py walk."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.append(prefix + (name,))
+                found += command_paths(sub, prefix + (name,))
+    return found
 
 
 def check_finite_flags(args) -> None:
@@ -87,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_finite_flags(args)
-        return int(args.func(args) or 0)
+        func = handler(args.func) if isinstance(args.func, str) else args.func  # a group's help printer
+        return int(func(args) or 0)
     except LengenError as e:
         print(f"lengen: error: {e}", file=sys.stderr)
         return 2

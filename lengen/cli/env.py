@@ -9,13 +9,6 @@ import json
 from lengen.environment import describe
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("env", help="print lengen, torch, transformers, CUDA and device versions "
-                       "(for bug reports)", description=__doc__)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(func=run)
-
-
 def run(args) -> int:
     info = describe()
     if args.json:

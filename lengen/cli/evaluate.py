@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
-
-from lengen.cli.options import add_device_arguments, set_threads
+from lengen.cli.options import set_threads
 from lengen.cli.train import print_eval
 from lengen.errors import LengenError
 from lengen.io import check_writable
@@ -12,27 +10,6 @@ from lengen.training.config import TrainConfig
 from lengen.training.loop import evaluate_run
 from lengen.training.run_dir import RunDir
 from lengen.training.setup import default_test_mode
-
-EPILOG = """examples:
-  lengen eval runs/rev-rope-rand --positions uniform              # evenly spaced test positions
-  lengen eval runs/rev-rope-rand --max-length 300 --positions standard --eval-samples 128
-
-Writes eval_<mode>_M<max-length>.json and accuracy_<mode>_M<max-length>.png into the run directory
-(the eval.json written by training is kept).
-"""
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a trained run at other lengths or position modes",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen train`")
-    p.add_argument("--max-length", type=int, metavar="M", help="evaluate lengths 1..M (default: the run's)")
-    p.add_argument("--positions", choices=["random", "uniform", "standard"],
-                   help="test-time positions (default: the run's)")
-    p.add_argument("--eval-samples", type=int, help="samples per length (default: the run's)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_device_arguments(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

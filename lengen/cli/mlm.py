@@ -4,27 +4,10 @@ experiment; docs/mlm.md): train at one length, score masked tokens at longer one
 from __future__ import annotations
 
 from lengen.cli import corpus_lm
-from lengen.cli.options import add_device_arguments, add_logit_scale_arguments, parse_lengths, set_threads
-from lengen.mlm.config import MLMConfig
+from lengen.cli.options import set_threads
 from lengen.mlm.evaluate import MLMEvalConfig, evaluate_mlm
 from lengen.mlm.options import MLM_OPTIONS, mlm_config_from_options
 from lengen.mlm.train import train_mlm
-
-TRAIN_EPILOG = """examples:
-  # su_mlm.md section B defaults: 4 x 128 pre-LN RoPE encoder, windows of 64 bytes, 15% BERT masking
-  lengen mlm train --out runs/mlm-std
-  # randomized positions (Ruoss): sorted distinct integers from [0, 2048)
-  lengen mlm train --positions randomized --out runs/mlm-rand
-  # equal-mean random positions (Su): span n ~ Exp(mean 64), float positions (rope / sincos only)
-  lengen mlm train --positions equal_mean --position-option distribution=exponential --out runs/mlm-exp
-  lengen mlm train --positions equal_mean --position-option distribution=beta \\
-      --position-option test_length=512 --position-option beta_shape=7 --out runs/mlm-beta
-
-Interrupt with Ctrl-C and rerun the same command to resume. The run directory gets config.json,
-checkpoint.pt, metrics.jsonl and eval.json (validation accuracy and bits per byte at the
-training length next to a unigram baseline). log-n scaling is not a training option: every
-training window has the training length, where the factor is 1; switch it on in `lengen mlm eval`.
-"""
 
 #: --out's default (str.format with the run's config as `cfg`)
 RUN_DIR = "runs/mlm-{cfg.model.pe}-{cfg.positions}-L{cfg.train_length}-s{cfg.seed}"
@@ -32,64 +15,6 @@ RUN_DIR = "runs/mlm-{cfg.model.pe}-{cfg.positions}-L{cfg.train_length}-s{cfg.see
 VALIDATION_LINE = ("validation at the training length {train_length} ({val_test_positions} positions): accuracy "
                    "{val_accuracy:.3f}, {val_bpb:.3f} bits per byte (unigram baseline: {unigram_accuracy:.3f}, "
                    "{unigram_bpb:.3f}; {val_masked_tokens:,} masked tokens)")
-
-EVAL_EPILOG = """examples:
-  lengen mlm eval runs/mlm-std --lengths 64,128,256,512
-  lengen mlm eval runs/mlm-rand --test-positions random,uniform --log-n both --windows 1000
-  lengen mlm eval runs/mlm-exp --log-n on --out results/mlm-exp
-
-Rows: one per (test-position mode, log-n) variant and length, plus the unigram baseline;
-columns accuracy, bpb (masked-token cross-entropy in bits), acc_first (indices below the
-training length), acc_last_half. Windows, masks and test positions depend only on --seed and the
-length, so every variant and every run scores the same tokens. Writes results.csv, results.json
-and results.png into --out (default RUN_DIR/eval-mlm).
-"""
-
-
-def add_parser(sub) -> None:
-    corpus_lm.add_command_group(sub, "mlm", "bidirectional byte-level masked LM: train, evaluate against "
-                                "length", __doc__, [_add_train, _add_eval])
-
-
-def _add_train(sub) -> None:
-    d = MLMConfig()
-    p = corpus_lm.add_subcommand(sub, "train", "train a masked LM (resumable)", "Train a byte-level "
-                                 "bidirectional masked LM on random windows of a corpus.", TRAIN_EPILOG)
-    g = corpus_lm.add_data_arguments(p, d)
-    g.add_argument("--mask-rate", type=float, help=f"share of positions chosen per window, then "
-                   f"80%% MASK / 10%% random byte / 10%% unchanged ({d.mask_rate})")
-    corpus_lm.add_position_arguments(
-        p, f"standard, randomized, equal_mean, pose ({d.positions})",
-        "equal_mean: distribution=exponential|beta, test_length=M, beta_shape=B; pose: target=L_t, chunks=N, "
-        "split=half|uniform")
-    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size and randomized range")
-    g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise the keys")
-    add_logit_scale_arguments(g, "none (log-n: `mlm eval --log-n`)")
-    corpus_lm.add_run_arguments(p, d, seeded="weights, data order, masks, positions", validated="eval.json",
-                                out_default="runs/mlm-PE-POSITIONS-LTRAIN-sSEED")
-    p.set_defaults(func=run_train)
-
-
-def _add_eval(sub) -> None:
-    d = MLMEvalConfig()
-    p = corpus_lm.add_subcommand(sub, "eval", "masked-token accuracy and bits per byte against length",
-                                 "Evaluate a trained masked LM against length.", EVAL_EPILOG)
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen mlm train`")
-    p.add_argument("--lengths", type=parse_lengths, help="window lengths, comma-separated "
-                   "(default: 1, 2, 4, 8 x the training length)")
-    p.add_argument("--test-positions", help="comma-separated test position modes: standard, random, "
-                   "uniform (default: random,uniform for a randomized run, standard otherwise)")
-    p.add_argument("--log-n", default=d.log_n, help="log-n scaled attention at test time: off, on or both "
-                   f"({d.log_n})")
-    p.add_argument("--windows", type=int, default=d.windows, help=f"validation windows per length ({d.windows})")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"windows per forward pass ({d.batch_size})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"seed of the windows, masks and test positions ({d.seed})")
-    p.add_argument("--no-unigram", action="store_true", help="leave out the unigram baseline's rows")
-    p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-mlm)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_device_arguments(p, "the evaluation runs")
-    p.set_defaults(func=run_eval)
-
 
 def run_train(args) -> int:
     return corpus_lm.train_from_args(args, MLM_OPTIONS, mlm_config_from_options, train_mlm, RUN_DIR,

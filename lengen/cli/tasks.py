@@ -9,13 +9,6 @@ from lengen.errors import LengenError
 from lengen.tasks import TASK_NAMES, get_task
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("tasks", help="list the CHE tasks with an example each", description=__doc__)
-    p.add_argument("--length", type=int, default=8, help="length of the examples (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the examples")
-    p.set_defaults(func=run)
-
-
 def run(args) -> int:
     if args.length < 1:
         raise LengenError(f"--length must be >= 1, got {args.length}")
