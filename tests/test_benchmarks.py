@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lengen.cli import build_parser, command_paths
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,3 +73,11 @@ def test_attention_speed_prints_the_baseline_and_each_method():
                                             "--threads", "1", "--methods", "rerope:window=16;yarn:factor=4"))
     assert caption.startswith("# device") and header[:3] == ["T", "method", "path"]
     assert {r[1] for r in rows} >= {"rerope:window=16", "yarn:factor=4"} and all(r[0] == "64" for r in rows)
+
+
+def test_cli_help_prints_every_command_with_its_imports():
+    caption, header, rows = first_table(run("cli_help.py", "--repeats", "1"))
+    assert caption.startswith("CLI start") and header == ["command", "s", "x baseline", "modules", "heavy imports"]
+    commands = [p for p in command_paths(build_parser()) if len(p) == 1]
+    assert [r[0] for r in rows] == ["lengen --help"] + [f"lengen {p[0]} --help" for p in commands]
+    assert {r[4] for r in rows} == {"-"}  # what tests/test_imports.py checks, as the table shows it
