@@ -11,7 +11,7 @@ config default, a protocol, ...:
 
 from __future__ import annotations
 
-import pprint
+import ast
 from dataclasses import asdict
 from pathlib import Path
 
@@ -73,11 +73,24 @@ def values() -> dict[str, object]:
     }
 
 
+def literal(value, indent: str = "") -> str:
+    """`value` as Python source: a dict one key a line, a text of several lines as a triple-quoted
+    string (as it reads in the module it comes from)."""
+    if isinstance(value, dict) and value:
+        inner = indent + "    "
+        return "{\n" + "".join(f"{inner}{k!r}: {literal(v, inner)},\n" for k, v in value.items()) + indent + "}"
+    if isinstance(value, str) and "\n" in value and '"""' not in value and "\\" not in value \
+            and not value.endswith('"'):
+        return f'"""{value}"""'
+    return repr(value)
+
+
 def render() -> str:
     out = [HEADER]
     for name, value in values().items():
-        text = pprint.pformat(value, width=100, sort_dicts=False)
-        if isinstance(value, dict) and name.isupper() and name not in ("USED_BY",):
+        text = literal(value)
+        assert ast.literal_eval(text) == value, name  # the file holds exactly the value
+        if isinstance(value, dict) and name != "USED_BY":  # a config's defaults, read as attributes
             text = f"_tree({text})"
         out.append(f"\n{name} = {text}\n")
     return "".join(out)
