@@ -1,6 +1,7 @@
 """No layer imports a higher one: the data and protocol layers load without the models, the
 kernels or the command line."""
 
+import json
 import subprocess
 import sys
 
@@ -18,3 +19,17 @@ def test_lower_layers_do_not_import_higher_ones(module, forbidden):
             f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"{module} pulls in {out.strip()}"
+
+
+def test_the_parsers_load_no_library_layer():
+    """The command line's parsers (lengen.cli.parsers, built for every `lengen` call and --help)
+    stand above nothing: the handlers they name as strings ("lengen.cli.train:run") import the
+    library, after parsing."""
+    code = ("import json, sys; from lengen.cli import build_parser; build_parser(); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('lengen.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # what `import lengen` runs first (lengen._openmp, ...), the errors, and the command line's own modules
+    allowed = ("lengen._", "lengen.errors", "lengen.cli.parsers.")
+    loaded = json.loads(out)
+    assert "lengen.cli.parsers.train" in loaded
+    assert [m for m in loaded if m not in ("lengen.cli", "lengen.cli.parsers") and not m.startswith(allowed)] == [], out

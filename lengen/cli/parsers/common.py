@@ -49,6 +49,12 @@ def parse_lengths(text: str) -> list[int]:
     return out
 
 
+def protocols_only(option: str) -> str:
+    """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses
+    it), for `lengen lm eval` and `lengen hf eval`."""
+    return f"{values.USED_BY[option]} only"
+
+
 def add_device_arguments(p, where: str = "", defaults: bool = False, precision_note: str = "") -> None:
     """--device, --precision and --threads, one group for every command that trains or evaluates.
     `where` says what runs on the device; with `defaults` the flags default to auto / fp32 (else

@@ -9,7 +9,7 @@ import argparse
 
 from lengen.cli.parsers import values
 from lengen.cli.parsers.common import (add_device_arguments, add_hf_loading_arguments, add_hf_model_arguments,
-                                       parse_lengths)
+                                       parse_lengths, protocols_only)
 from lengen.cli.parsers.hf_tune import add_tune_parser
 
 
@@ -64,11 +64,6 @@ nothing is downloaded.
 
 
 
-def _only(option: str) -> str:
-    """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
-    return f"{values.USED_BY[option]} only"
-
-
 
 def add_parser(sub) -> None:
     d = values.HF_EVAL
@@ -88,16 +83,16 @@ def add_parser(sub) -> None:
     e.add_argument("--lengths", nargs="+", type=parse_lengths, required=True, metavar="L",
                    help="context lengths in tokens (4096 or 4k), space- or comma-separated")
     e.add_argument("--protocol", choices=values.HF_PROTOCOLS, default="ppl")
-    e.add_argument("--corpus", metavar="PATH_OR_GLOB", help=f"{_only('corpus')}: local text files, a "
+    e.add_argument("--corpus", metavar="PATH_OR_GLOB", help=f"{protocols_only('corpus')}: local text files, a "
                    "file, a folder or a glob (default: this Python's standard-library sources)")
-    e.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: corpus sequences "
+    e.add_argument("--docs", type=int, metavar="N", help=f"{protocols_only('docs')}: corpus sequences "
                    f"(default {d.docs})")
-    e.add_argument("--segment", type=int, metavar="K", help=f"{_only('segment')}: tokens scored at the "
+    e.add_argument("--segment", type=int, metavar="K", help=f"{protocols_only('segment')}: tokens scored at the "
                    "end of each sequence (default: shortest length / 2)")
-    e.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
+    e.add_argument("--trials", type=int, metavar="N", help=f"{protocols_only('trials')}: prompts per length "
                    f"(default {d.trials})")
-    e.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed (default {d.seed})")
-    e.add_argument("--tasks", nargs="+", metavar="T", help=f"{_only('tasks')}: tasks, space- or "
+    e.add_argument("--seed", type=int, help=f"{protocols_only('seed')}: prompt seed (default {d.seed})")
+    e.add_argument("--tasks", nargs="+", metavar="T", help=f"{protocols_only('tasks')}: tasks, space- or "
                    "comma-separated (default: all)")
     add_hf_loading_arguments(e, '; see --precision')
     e.add_argument("--out", default="runs/hf-eval", metavar="DIR",

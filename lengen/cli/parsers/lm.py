@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lengen.cli.parsers import corpus_lm, values
-from lengen.cli.parsers.common import add_device_arguments, add_logit_scale_arguments, parse_lengths
+from lengen.cli.parsers.common import add_device_arguments, add_logit_scale_arguments, parse_lengths, protocols_only
 
 
 TRAIN_EPILOG = """examples:
@@ -76,11 +76,6 @@ def _add_train(sub) -> None:
 
 
 
-def _only(option: str) -> str:
-    """'ppl and last-segment only' and so on: the protocols that use an option (any other refuses it)."""
-    return f"{values.USED_BY[option]} only"
-
-
 
 def _add_eval(sub) -> None:
     d = values.LM_EVAL
@@ -93,15 +88,15 @@ def _add_eval(sub) -> None:
     p.add_argument("--lengths", type=parse_lengths, help="context lengths, comma-separated, 4096 or 4k "
                    "(default: 1, 2, 4, 8 x the training length)")
     p.add_argument("--protocol", default="ppl", choices=values.LM_PROTOCOLS, help="(ppl)")
-    p.add_argument("--segment", type=int, metavar="K", help=f"{_only('segment')}: scored tokens at the "
+    p.add_argument("--segment", type=int, metavar="K", help=f"{protocols_only('segment')}: scored tokens at the "
                    "end of each sequence (default: min(training length, shortest length))")
-    p.add_argument("--docs", type=int, metavar="N", help=f"{_only('docs')}: validation sequences "
+    p.add_argument("--docs", type=int, metavar="N", help=f"{protocols_only('docs')}: validation sequences "
                    f"({d.docs})")
-    p.add_argument("--trials", type=int, metavar="N", help=f"{_only('trials')}: prompts per length "
+    p.add_argument("--trials", type=int, metavar="N", help=f"{protocols_only('trials')}: prompts per length "
                    f"({d.trials})")
-    p.add_argument("--seed", type=int, help=f"{_only('seed')}: prompt seed ({d.seed})")
-    p.add_argument("--tasks", metavar="T,T", help=f"{_only('tasks')}: comma-separated tasks (default: all)")
-    p.add_argument("--batch-size", type=int, metavar="B", help=f"{_only('batch_size')}: sequences per "
+    p.add_argument("--seed", type=int, help=f"{protocols_only('seed')}: prompt seed ({d.seed})")
+    p.add_argument("--tasks", metavar="T,T", help=f"{protocols_only('tasks')}: comma-separated tasks (default: all)")
+    p.add_argument("--batch-size", type=int, metavar="B", help=f"{protocols_only('batch_size')}: sequences per "
                    f"forward pass ({d.batch_size})")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
