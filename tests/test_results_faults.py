@@ -164,6 +164,33 @@ def test_a_damaged_results_table_is_rebuilt_from_the_runs(sweeps, tmp_path, caps
     assert (out / "accuracy_by_length.csv").read_bytes() == (ref / "accuracy_by_length.csv").read_bytes()
 
 
+@pytest.mark.parametrize("fault", ["truncated", "dropped", "row"])
+def test_a_damaged_export_table_is_named_and_nothing_is_reused_or_written(sweeps, tmp_path, capsys, fault):
+    """An export accumulates (its rows of runs the sweep folder lacks are kept): a damaged table of
+    it would be carried on, cut short, so an export into it and its report are refused."""
+    _, ref = sweeps["train"]
+    export = tmp_path / "export"
+    assert main(["sweep", "export", str(ref), "--out", str(export)]) == 0
+    table = export / "results.csv"
+    if fault == "truncated":
+        truncate(table, None)
+    elif fault == "dropped":   # cut at a line break: every row whole, one missing
+        table.write_text("".join(table.read_text().splitlines(keepends=True)[:-1]))
+    else:   # an export from before row counts, every line whole but one row cut short
+        marker = json.loads((export / "export.json").read_text())
+        del marker["rows"]
+        (export / "export.json").write_text(json.dumps(marker))
+        lines = table.read_text().splitlines()
+        table.write_text("\n".join([*lines[:-1], lines[-1].rsplit(",", 3)[0]]) + "\n")
+    before = {p.name: p.read_bytes() for p in export.iterdir()}
+    capsys.readouterr()
+    assert main(["sweep", "export", str(ref), "--out", str(export)]) == 2
+    assert f"{table} is damaged" in one_error_line(capsys)
+    assert main(["report", str(export), "--out", str(tmp_path / "report")]) == 2
+    assert f"{table} is damaged" in one_error_line(capsys)
+    assert {p.name: p.read_bytes() for p in export.iterdir()} == before and not (tmp_path / "report").exists()
+
+
 # -- run folders: a rerun of the training command ------------------------------------------------
 
 #: kind -> (the training command's arguments, less --out and --seed)
@@ -270,6 +297,19 @@ def test_arith_eval_out_a_folder_names_the_folder_and_writes_nothing(runs, tmp_p
     err = one_error_line(capsys)
     assert f"--out {folder} is a folder" in err and ".tmp" not in err, err
     assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["lm", "mlm"])
+def test_lm_and_mlm_eval_out_on_a_training_runs_file_is_refused_before_the_work(runs, tmp_path, capsys, kind):
+    ref, _ = runs[kind]
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    for name in ("eval.json", "checkpoint.pt"):
+        assert main([kind, "eval", str(out), "--out", str(out / name), "--no-progress", "--device", "cpu"]) == 2
+        assert f"{out / name} is a file, not a folder" in one_error_line(capsys)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_a_failed_atomic_write_names_the_file_not_its_temporary(tmp_path):

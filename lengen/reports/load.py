@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengen.errors import LengenError
-from lengen.sweeps.export import is_export
+from lengen.sweeps.export import check_export, is_export
 from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.spec import expand, parse_spec
 from lengen.sweeps.sweep_dir import SweepDir
@@ -76,6 +76,7 @@ def load_sweep(path) -> SweepData:
 def _exported(path: Path, spec, runs, writer: ResultsWriter) -> tuple[list[dict], pd.DataFrame]:
     """The rows and values of an export folder (lengen.sweeps.export): its tables, not run directories."""
     results, by_length = spec.kind.tables
+    check_export(path)   # a damaged table is named, not read as far as it goes
     try:
         table = pd.read_csv(path / results, dtype={"run_id": str})
         values = pd.read_csv(path / by_length, dtype={"run_id": str})

@@ -2,7 +2,8 @@
 anyone can rebuild the report (`lengen report` reads an export folder as it reads a sweep folder)
 and see what computed every number. `lengen sweep export SWEEP_DIR --out DIR` writes:
 
-    DIR/export.json         the sweep's name and kind, runs planned and finished
+    DIR/export.json         the sweep's name and kind, runs planned and finished, and each table's
+                            number of rows (`rows`), so a table cut short is found before it is reused
     DIR/sweep.yaml          the sweep file, and sweep.json (its runs, ids and grid points)
     DIR/results.csv         one row per finished run, as in the sweep folder
     DIR/<values by length>  accuracy_by_length.csv (CHE) or ppl_by_length.csv (language models)
@@ -54,6 +55,49 @@ def _environment(path: Path, done_file: str) -> dict:
     return {}
 
 
+def _rows(path: Path) -> list[list[str]]:
+    """A table's lines as cells, its header first; ValueError when it is not whole: not ending in a
+    line break (cut short), or a row of another width than its header."""
+    text = path.read_text()
+    rows = list(csv.reader(_io.StringIO(text)))
+    if text and not text.endswith("\n") or any(len(r) != len(rows[0]) for r in rows):
+        raise ValueError("cut short, or a row of another width than its header")
+    return rows
+
+
+def check_export(path) -> None:
+    """Refuse (LengenError naming the file) an export folder a file of which is not whole: its
+    export.json or sweep.json not JSON, or a table cut short (see `_rows`), or with fewer or more
+    rows than export.json records (results.csv: its `finished` runs). A table edited by hand, row
+    for row, is read as it is. Nothing in an export can be rebuilt from elsewhere."""
+    path = Path(path)
+
+    def damaged(name: str, why: str) -> LengenError:
+        return LengenError(f"{path / name} is damaged ({why}); an export cannot be rebuilt from itself: export "
+                           "the sweep folder again, into a new folder")
+
+    records = {}
+    for name in (MARKER, SweepDir.INDEX):
+        try:
+            records[name] = io.read_json(path / name)
+        except (OSError, ValueError) as e:
+            raise damaged(name, " ".join(str(e).split())[:80]) from None
+        if not isinstance(records[name], dict):
+            raise damaged(name, "not a JSON object")
+    marker = records[MARKER]
+    counts = marker.get("rows") or {}
+    for name in sorted({*counts, *(p.name for p in path.glob("*.csv"))}):
+        try:
+            rows = _rows(path / name)
+        except OSError as e:
+            raise damaged(name, e.strerror or str(e)) from None
+        except ValueError as e:
+            raise damaged(name, str(e)) from None
+        expected = counts.get(name, marker.get("finished") if name == "results.csv" else None)
+        if expected is not None and len(rows) - 1 != expected:
+            raise damaged(name, f"{len(rows) - 1} rows where the export wrote {expected}")
+
+
 def _csv_rows(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -62,7 +106,8 @@ def _csv_rows(path: Path) -> list[dict]:
 def _earlier(out: Path):
     """An earlier export in `out`: (index, sweep file text, spec, runs, rows by run id, long rows
     (less the run id) by run id, environment by run id), its cells as the CSV texts they were;
-    None when it no longer expands with this lengen."""
+    None when it no longer expands with this lengen. LengenError when a file of it is damaged."""
+    check_export(out)
     index = io.read_json(out / SweepDir.INDEX)
     try:
         spec = parse_spec(index["spec"], where=str(out / SweepDir.INDEX))
@@ -116,6 +161,7 @@ def export_sweep(sweep_path, out) -> dict:
     io.write_text(out / ENVIRONMENT, text.getvalue())
     io.write_text(out / SweepDir.SPEC, spec_text)
     io.write_json(out / SweepDir.INDEX, index)
-    made = {"sweep": spec.name, "kind": spec.command, "planned": len(runs), "finished": finished}
+    made = {"sweep": spec.name, "kind": spec.command, "planned": len(runs), "finished": finished,
+            "rows": {name: len(_rows(out / name)) - 1 for name in (*spec.kind.tables, ENVIRONMENT)}}
     io.write_json(out / MARKER, made)   # last: a folder with it is a whole export
     return made
