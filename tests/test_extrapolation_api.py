@@ -2,6 +2,7 @@
 and the un-rotated KV cache (incremental decoding == full forward for every method)."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -237,3 +238,35 @@ def test_relative_positions_of_any_method():
     assert plain[:7].tolist() == [6, 5, 4, 3, 2, 1, 0] and plain[7].isnan()
     composed = build_method("pi:factor=2+rerope:window=3", ROPE).relative_positions(pos_q, pos_k)[0, 0]
     assert composed[:7].tolist() == [3, 3, 3, 3, 2, 1, 0]
+
+
+# the largest window each method may have at L0 = 16, from its map r(i, j) (module docstrings):
+# rerope / lambda: near pairs up to window - 1, far ones at r = window: window <= L0 (r = L0, one past
+# the largest trained distance, as LM-Infinite's default); leaky_rerope / self_extend: far pairs start
+# at r = window and grow, so window < L0; sinks: far distances up to n_global + window - 1 <= L0 - 1;
+# string: near distances up to shift - 1, shift <= L0; dca: r <= chunk_size <= L0
+WINDOW_LIMITS = [("rerope:window={}", 16), ("lambda:window={}", 16), ("leaky_rerope:window={}", 15),
+                 ("self_extend:window={}", 15), ("sinks:n_global=4,window={}", 12), ("string:shift={},window=2", 16),
+                 ("dca:chunk_size={},local_size=2", 16)]
+
+
+@pytest.mark.parametrize("spec,limit", WINDOW_LIMITS)
+def test_check_window_refuses_a_window_past_the_trained_length(spec, limit):
+    from lengen.extrapolation import check_window
+
+    check_window(spec.format(limit), ROPE)   # the boundary: accepted
+    check_window(spec.format(limit) + "+logn", ROPE)
+    with pytest.raises(LengenError, match=rf"^{re.escape(spec.format(limit + 1))}: the \w+ \({limit + 1}\) must be "
+                                          rf"<= {limit} for a model trained on 16 tokens"):
+        check_window(spec.format(limit + 1), ROPE)
+    # the spec's own train_length, and a frequency method beside it (its factor stretches the range)
+    check_window(spec.format(limit + 1) + ",train_length=32", ROPE)
+    check_window("yarn:factor=4+" + spec.format(limit + 1), ROPE)
+
+
+def test_check_window_passes_frequency_methods_and_defaults():
+    from lengen.extrapolation import check_window
+
+    for spec in ["yarn:factor=4", "pi:factor=2", "logn", "rerope", "leaky_rerope", "self_extend", "lambda", "sinks",
+                 "string", "dca"]:
+        check_window(spec, ROPE)

@@ -329,7 +329,8 @@ def test_methods_command_lists_and_refuses_bad_input(tmp_path, capsys):
     for argv, message in [([], "give a MODEL or --list"), (["gemma3", "--list"], "give a MODEL or --list"),
                           (["no-such-model-type"], "not a readable model folder"),
                           (["gpt2"], "does not support model_type 'gpt2'"),
-                          (["llama", "--train-length", "0"], "--train-length must be >= 1"),
+                          (["llama", "--train-length", "0"], "--train-length must be >= 2"),
+                          (["llama", "--train-length", "1"], "--train-length must be >= 2"),
                           ([str(tmp_path), "--gguf-file", "m.gguf"], "--gguf-file 'm.gguf' is not a file"),
                           (["--list", "--gguf-file", "m.gguf"], "--gguf-file goes with a MODEL folder")]:
         assert main(["hf", "methods", *argv]) == 2

@@ -276,3 +276,48 @@ def test_passkey_chooses_the_method_that_retrieves_and_reports_on_other_prompts(
     # the report's prompts (seed 1) are not the ones the choice was made on (seed 0)
     chosen_keys = keys[result["chosen"]]
     assert len(chosen_keys) == 6 and chosen_keys[:3] != chosen_keys[3:]
+
+
+def test_says_when_the_choice_is_no_better_than_rope_or_the_default_on_the_evaluation_slice(model_dir, tmp_path,
+                                                                                          capsys):
+    """The note and tune.json's no_better_than follow the evaluation slice's numbers (here the
+    chosen setting's lead on the tune slice does not carry over to --eval-text)."""
+    out = tmp_path / "out"
+    assert main(["hf", "tune", str(model_dir / "model"), "--text", str(model_dir / "texts"), "--eval-text",
+                 str(model_dir / "other"), "--length", str(L), "--segment", str(SEGMENT), "--methods", "self_extend",
+                 "--no-logn", "--no-refine", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "tune.json").read_text())
+    ppl = {e["role"]: e["eval_ppl"] for e in result["evaluation"]}
+    worse = [r for r in ("rope", "default") if ppl["chosen"] >= ppl[r]]
+    assert result["no_better_than"] == worse
+    assert ("is no better than" in printed) == bool(worse)
+
+
+@pytest.mark.parametrize("chosen,rope,default,expected", [
+    (({"eval_ppl": 9.0}, "a"), {"eval_ppl": 10.0}, ({"eval_ppl": 9.5}, "d"), []),
+    # a tie is no better
+    (({"eval_ppl": 10.0}, "a"), {"eval_ppl": 10.0}, ({"eval_ppl": 9.5}, "d"), ["rope", "default"]),
+    (({"eval_ppl": 9.6}, "a"), {"eval_ppl": 10.0}, ({"eval_ppl": 9.5}, "d"), ["default"]),
+    (({"eval_ppl": 9.6}, "d"), {"eval_ppl": 10.0}, ({"eval_ppl": 9.6}, "d"), []),   # the default itself
+    # with passkey scores the choice is by accuracy, ties by perplexity
+    (({"eval_ppl": 11.0, "eval_passkey": 0.5}, "a"), {"eval_ppl": 10.0, "eval_passkey": 0.0},
+     ({"eval_ppl": 9.0, "eval_passkey": 0.5}, "d"), ["default"]),
+])
+def test_no_better_than_compares_on_the_evaluation_slice(chosen, rope, default, expected):
+    from lengen.hf.tuning import format_result, no_better_than
+
+    evaluation = [{"role": "chosen", "spec": chosen[1], **chosen[0]}, {"role": "rope", "spec": "rope", **rope},
+                  {"role": "default", "spec": default[1], **default[0]}]
+    assert no_better_than(evaluation) == expected
+    meta = {"tune_slice": [{}], "eval_slice": [{}], "passkey": 1, "eval_text": None, "shared_documents": [],
+            "segment": 8, "length": 128, "out_of_budget": False}
+    text = format_result({"meta": meta, "ranking": [], "chosen": chosen[1], "tune_ppl": 9.0,
+                          "evaluation": evaluation, "call": "x"})
+    def score(e):
+        return f"ppl {e['eval_ppl']:.4f}" + (f", passkey {e['eval_passkey']:.2f}" if "eval_passkey" in e else "")
+
+    names = {"rope": f"plain RoPE ({score(rope)})", "default": f"the method's default ({score(default[0])})"}
+    note = (f"note: on the evaluation slice the chosen setting ({score(chosen[0])}) is no better than "
+            + " or ".join(names[r] for r in expected) + ": its lead on the tune slice did not carry over")
+    assert (note in text.splitlines()) == bool(expected) and ("no better" in text) == bool(expected)

@@ -21,8 +21,6 @@ def run_methods(args) -> int:
         raise LengenError("lengen hf methods: give a MODEL or --list (one of them)")
     if args.list and args.gguf_file:
         raise LengenError("lengen hf methods: --gguf-file goes with a MODEL folder, not --list")
-    if args.train_length is not None and args.train_length < 1:
-        raise LengenError(f"--train-length must be >= 1, got {args.train_length}")
     if args.list:
         print(describe.supported_list())
     else:

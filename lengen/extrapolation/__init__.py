@@ -70,7 +70,15 @@ def build_method(spec: str | None, rope: RopeSpec) -> ExtrapolationMethod:
     return ComposedMethod(frequency, by_kind.get("remap"), by_kind.get("scale"))
 
 
+def check_window(spec: str, rope: RopeSpec) -> None:
+    """Refuse (LengenError, one line naming the spec) a spec whose remapping window is at or past
+    what a model trained on rope.train_length tokens saw (ExtrapolationMethod.window_problem)."""
+    problem = build_method(spec, rope).window_problem()
+    if problem:
+        raise LengenError(f"{spec}: {problem}")
+
+
 __all__ = [
     "METHODS", "PLAIN_NAMES", "ComposedMethod", "ExtrapolationMethod", "RawKVCache", "RemapMethod", "RopeSpec",
-    "build_method", "causal_attention", "is_plain", "parse_spec", "sequence_length", "split_methods",
+    "build_method", "causal_attention", "check_window", "is_plain", "parse_spec", "sequence_length", "split_methods",
 ]

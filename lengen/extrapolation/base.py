@@ -107,6 +107,12 @@ class ExtrapolationMethod:
         delta = pos_q.double()[:, :, None] - pos_k.double()[:, None, :]
         return delta.masked_fill(delta < 0, float("nan"))
 
+    def window_problem(self) -> str | None:
+        """Why these options cannot keep a model trained on rope.train_length tokens within the
+        distances it saw (a remapping window at or past that length), in the spec's terms; None
+        when they can. Frequency methods have no window: None."""
+        return None
+
     # ---- entry points for callers --------------------------------------------------------------
     def params(self, seq_len: int, device=None) -> tuple[torch.Tensor, float]:
         """rope_params, cached (one entry: the frequencies of the last length and device)."""

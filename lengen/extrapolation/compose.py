@@ -86,6 +86,12 @@ class ComposedMethod(ExtrapolationMethod):
     def relative_positions(self, pos_q, pos_k):
         return (self.remap or self.frequency).relative_positions(pos_q, pos_k)
 
+    def window_problem(self):
+        # a frequency method beside it stretches the trained range by its factor: not checked then
+        if self.remap is None or self.frequency.name != "rope":
+            return None
+        return self.remap.window_problem()
+
     def __str__(self) -> str:
         return "+".join(str(p) for p in self.parts)
 

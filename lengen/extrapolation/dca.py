@@ -68,6 +68,14 @@ class DualChunk(ExtrapolationMethod):
         self.s = self.chunk_size - self.local_size
         self.C = min(self.chunk_size, 2 * self.s - 1)
 
+    def window_problem(self) -> str | None:
+        L0 = self.rope.train_length
+        if self.chunk_size <= L0:   # r <= C <= chunk_size: at most L0, as the references allow
+            return None
+        return (f"the chunk_size ({self.chunk_size}) must be <= {L0} for a model trained on {L0} tokens: "
+                "distances within a chunk stay as they are, past what the model saw; give chunk_size <= "
+                f"{L0}, or leave it out for the default")
+
     # ---- the position map --------------------------------------------------------------------
     def key_offsets(self, pos_k: torch.Tensor) -> torch.Tensor:
         return torch.remainder(pos_k.double(), self.s)

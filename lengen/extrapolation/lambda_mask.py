@@ -41,6 +41,9 @@ class LambdaMask(RemapMethod):
     def default_window(self, rope) -> int:
         return rope.train_length
 
+    def largest_window(self) -> int:
+        return self.rope.train_length   # far keys at r = window: L0, as LM-Infinite's default
+
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         return constant_positions(pos_q, self.window)
 
@@ -54,6 +57,9 @@ class Sinks(LambdaMask):
 
     def default_window(self, rope) -> int:
         return max(1, rope.train_length - self.n_global)
+
+    def largest_window(self) -> int:
+        return self.rope.train_length - self.n_global   # largest distance n_global + window - 1 < L0
 
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         return pos_q.double().clamp(max=self.window + self.n_global - 1)

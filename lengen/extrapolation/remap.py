@@ -47,6 +47,22 @@ class RemapMethod(ExtrapolationMethod):
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    # the option holding the near window, and the largest window that leaves room for the far pairs
+    # (Leaky ReRoPE, Self-Extend: w < L0, else far pairs start at r = L0 and grow from there)
+    window_option = "window"
+
+    def largest_window(self) -> int:
+        return self.rope.train_length - 1
+
+    def window_problem(self) -> str | None:
+        L0, limit = self.rope.train_length, self.largest_window()
+        if self.window <= limit:
+            return None
+        which = "pairs within it keep" if self.window > L0 else "the pairs beyond it are placed at"
+        return (f"the {self.window_option} ({self.window:g}) must be <= {limit} for a model trained on {L0} "
+                f"tokens: {which} distances the model never saw, so the method cannot bring longer inputs "
+                f"into the trained range; give {self.window_option} <= {limit}, or leave it out for the default")
+
     def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor | None:
         return None
 

@@ -23,5 +23,8 @@ class ReRope(RemapMethod):
         if self.window < 1:
             raise ValueError("window must be >= 1")
 
+    def largest_window(self) -> int:
+        return self.rope.train_length   # far pairs at r = window: L0, as lambda's and DCA's references allow
+
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         return constant_positions(pos_q, self.window)

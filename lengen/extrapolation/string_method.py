@@ -53,6 +53,11 @@ class String(RemapMethod):
             raise ValueError(f"window ({self.local}) must be smaller than shift ({self.shift})")
         self.window = self.shift  # the RemapMethod near window: delta < S keeps its distance
 
+    window_option = "shift"   # the near window is the shift S
+
+    def largest_window(self) -> int:
+        return self.rope.train_length   # near distances up to S - 1 <= L0 - 1
+
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         return pos_q.double() - (self.shift - self.local)
 

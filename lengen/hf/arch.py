@@ -40,6 +40,14 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "lengen_banded")   # lengen.hf.ban
 LAYER_KINDS = ("rope", "sliding", "chunked", "nope")
 
 
+def check_train_length(train_length: int | None) -> None:
+    """--train-length (L0) as hf eval, hf tune and hf methods take it: None (the config's) or an
+    integer >= 2; 0 is refused, not read as "the config's"."""
+    if train_length is not None and (type(train_length) is not int or train_length < 2):
+        raise LengenError(f"--train-length must be >= 2 tokens (the context the model was trained on; "
+                          f"leave it out for the config's), got {train_length}")
+
+
 @dataclass
 class RotaryTable:
     """One frequency table of the model's rotary module: `inv_freq` / `attention_scaling`, or

@@ -21,7 +21,7 @@ from torch import nn
 
 from lengen.errors import LengenError
 from lengen.extrapolation import METHODS
-from lengen.hf.arch import SUPPORTED_MODEL_TYPES, Layer, ModelParts, inspect_model
+from lengen.hf.arch import SUPPORTED_MODEL_TYPES, Layer, ModelParts, check_train_length, inspect_model
 
 GROUPS = ("frequency", "remap", "scale")
 GROUP_TITLES = {"frequency": "frequency", "remap": "remapping", "scale": "log-n"}
@@ -106,6 +106,7 @@ def describe(parts: ModelParts, train_length: int) -> str:
 
 
 def describe_source(source: str, train_length: int | None = None, gguf_file: str | None = None) -> str:
+    check_train_length(train_length)
     parts = inspect_model(load_skeleton(source, gguf_file=gguf_file), require_attention=False)
     return describe(parts, int(train_length or parts.original_length or parts.max_positions))
 

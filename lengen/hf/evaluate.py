@@ -25,9 +25,9 @@ from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
 from lengen.devices import check_precision, precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
-from lengen.extrapolation import RopeSpec, build_method, is_plain
+from lengen.extrapolation import RopeSpec, check_window, is_plain
 from lengen.hf import banded
-from lengen.hf.arch import decoder_stack, inspect_model
+from lengen.hf.arch import check_train_length, decoder_stack, inspect_model
 from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.progress import progress_bar
@@ -35,6 +35,7 @@ from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplex
                               plot_metric, ruler_accuracy, write_csv)
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY
+from lengen.protocols.report import csv_disagreement
 from lengen.protocols.ruler import check_tasks, ruler_table, task_means
 
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
@@ -75,6 +76,7 @@ class EvalSettings:
             raise LengenError("lengths must be >= 2 tokens")
         if self.docs < 1 or self.trials < 1:
             raise LengenError("--docs and --trials must be >= 1")
+        check_train_length(self.train_length)
         if self.protocol == "ruler":
             self.tasks = check_tasks(self.tasks)
         if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
@@ -87,17 +89,20 @@ class EvalSettings:
         if self.precision == "bf16" and self.dtype == "float16":
             raise LengenError("--precision bf16 autocasts to bfloat16, which float16 weights cannot mix "
                               "with; use --dtype bfloat16 or float32, or --precision fp32")
-        self.check_methods()
         self.check_model_path()
+        self.check_methods()
 
     def segment_tokens(self) -> int:
         return self.segment or max(1, min(self.lengths) // 2)
 
     def check_methods(self) -> None:
-        """Parse every spec before the (slow) model load, with a stand-in rotary spec."""
-        for spec in self.methods:
-            if not is_plain(spec):
-                build_method(spec, RopeSpec(rotary_dim=64, train_length=self.train_length or 4096))
+        """Build every spec before the (slow) model load: for the trained length the run will use
+        (the config's unless --train-length; a window past it is refused), a stand-in head size."""
+        specs = [spec for spec in self.methods if not is_plain(spec)]
+        if specs:
+            L0 = self.train_length or int(read_config(self.model_path, self.gguf_file).max_position_embeddings)
+            for spec in specs:
+                check_window(spec, RopeSpec(rotary_dim=64, train_length=L0))
 
     def check_model_path(self) -> None:
         path = Path(self.model_path)
@@ -106,6 +111,9 @@ class EvalSettings:
                               "loads local models only, nothing is downloaded)")
         if self.gguf_file and not (path / self.gguf_file).is_file():
             raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
+        if not self.gguf_file and not (path / "config.json").exists():
+            raise LengenError(f"{path} is not a Hugging Face model folder (no config.json); give a folder "
+                              "written by save_pretrained, or a GGUF file with --gguf-file")
 
 
 _LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
@@ -133,15 +141,21 @@ def gguf_tokenizer_problem(tokenizer_class: str, transformers_version: str) -> s
             "GGUF Gemma models need transformers >= 5.23: pip install -U transformers")
 
 
+def read_config(model_path: str, gguf_file: str | None = None):
+    """The model's config alone (cheap: no weights), for checks before the model loads."""
+    from transformers import AutoConfig   # optional (lengen[hf]): imported on use
+
+    kwargs = {"local_files_only": True, **({"gguf_file": gguf_file} if gguf_file else {})}
+    try:
+        return AutoConfig.from_pretrained(model_path, **kwargs)
+    except (OSError, ValueError, KeyError) as e:
+        raise LengenError(f"cannot read the model config in {model_path}: {_reason(e)}") from None
+
+
 def load_tokenizer(settings: EvalSettings):
     """The model folder's tokenizer alone (cheap: for checks before the model loads); the folder
     is checked here."""
-    folder = Path(settings.model_path)
-    if not folder.is_dir():
-        raise LengenError(f"{folder} is not a folder; give a local Hugging Face model folder")
-    if not settings.gguf_file and not (folder / "config.json").exists():
-        raise LengenError(f"{folder} is not a Hugging Face model folder (no config.json); give a folder "
-                          "written by save_pretrained, or a GGUF file with --gguf-file")
+    settings.check_model_path()
     try:
         import transformers   # optional (lengen[hf]): imported on use
     except ImportError:
@@ -287,7 +301,9 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     new row, so a caller can save progress."""
     settings.check()
     device = resolve_device(settings.device)  # a missing GPU fails before the model is loaded
-    key = comparable(settings)
+    # the tokenizer first: what it refuses, and what it says about the rows, before the model loads
+    tokenizer = load_tokenizer(settings)
+    key = comparable(settings)   # reads the weights once: a damaged file is refused here
     if previous is not None:
         old = {"precision": "fp32", **(previous["meta"].get("settings") or {})}  # older results: fp32
         old = legacy_model(old, key, settings.model_path)
@@ -300,27 +316,24 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     todo = [(m, n) for n in settings.lengths for m in settings.methods if (m, n) not in done]
     seq_tokens = _sequence_tokens(settings, previous)
     started = time.time()
-    # the tokenizer first: what it refuses, and what it says about the rows, before the model loads
-    tokenizer = load_tokenizer(settings) if Path(settings.model_path).is_dir() else None
-    if settings.protocol in ("passkey", "ruler") and todo and tokenizer is not None:
+    if settings.protocol in ("passkey", "ruler") and todo:
         # lengths where no prompt fits the tokenizer
         check_prompts_fit(settings.protocol, tokenizer.encode, sorted({n for _, n in todo}),
                           settings.tasks or (), settings.seed)
     prefix = None   # perplexity: the BOS its sequences begin with (bos_prefix)
-    if settings.protocol in ("ppl", "last-segment") and tokenizer is not None:
+    if settings.protocol in ("ppl", "last-segment"):
         prefix = bos_prefix(tokenizer)
         before = (previous or {}).get("meta", {}).get("sequence_prefix", [])   # older results: none
-        if previous and previous.get("rows") and todo and before != prefix:
+        if rows and before != prefix:
             raise LengenError(f"the results in this output folder were scored on sequences beginning "
                               f"with {before or 'no BOS'}, this tokenizer's begin with {prefix or 'no BOS'} "
                               "(lengen before 2026-11-28 never added it): use another --out")
-    seqs = None   # perplexity: built before the model loads where the tokenizer is at hand
-    digest = (previous or {}).get("meta", {}).get("sequences_digest")   # kept when nothing is scored
-    if seq_tokens and todo and tokenizer is not None:
+    seqs, digest = None, None   # perplexity: built before the model loads
+    # rows to reuse are checked against this corpus's sequences even when nothing is left to score:
+    # they are printed and relabelled with this corpus
+    if seq_tokens and (todo or rows):
         seqs, digest = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model, tokenizer = load(settings, tokenizer)
-    if seq_tokens and todo and seqs is None:
-        seqs, digest = _checked_sequences(settings, tokenizer, seq_tokens, previous)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
         inspect_model(model)   # an unsupported model fails now, not after the first method
@@ -522,14 +535,10 @@ def result_table(result: dict) -> str:
 def save_result(result: dict, out: Path, plot_too: bool = True) -> list[Path]:
     """results.csv (method,length,METRIC), results.json ({"meta", "rows"}) and, with plot_too,
     plot.png (the trained length marked)."""
-    meta, rows, out = result["meta"], result["rows"], Path(out)
-    metric = meta["metric"]
+    out = Path(out)
     paths = [out / "results.csv", out / "results.json"]
-    if meta["protocol"] == "ruler":
-        write_csv(paths[0], [{k: r.get(k) for k in RULER_COLUMNS} for r in rows])
-    else:
-        write_csv(paths[0], [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in rows])
-    io.write_json(paths[1], result)
+    io.write_json(paths[1], result)   # the record first: a CSV is never ahead of it
+    write_csv(paths[0], csv_rows(result))
     if plot_too:
         paths.append(plot_result(result, out / "plot.png"))
     return paths
@@ -550,13 +559,57 @@ def plot_result(result: dict, path: Path) -> Path:
     return path
 
 
+def csv_rows(result: dict) -> list[dict]:
+    """results.csv's rows: method,length,METRIC (ruler: RULER_COLUMNS)."""
+    if result["meta"]["protocol"] == "ruler":
+        return [{k: r.get(k) for k in RULER_COLUMNS} for r in result["rows"]]
+    metric = result["meta"]["metric"]
+    return [{"method": r["method"], "length": r["length"], metric: r[metric]} for r in result["rows"]]
+
+
 def load_result(out: Path) -> dict | None:
-    """An earlier result in `out`, or None."""
-    path = Path(out) / "results.json"
+    """An earlier result in `out`, or None where there is none. A results.json that is not a
+    whole record (damaged, truncated, another file) or a results.csv without its results.json
+    is refused (LengenError): its rows could not be checked, and starting over would drop them.
+    A results.csv that disagrees with results.json is named on stderr; the caller writes it again."""
+    path, table = Path(out) / "results.json", Path(out) / "results.csv"
     if not path.is_file():
+        if table.is_file() and table.stat().st_size:
+            raise LengenError(f"{table} holds results but {path.name}, which says what they were measured on, "
+                              f"is missing: restore it, or use another --out (delete {table.name} to start over)")
         return None
     try:
         result = io.read_json(path)
-        return result if isinstance(result.get("rows"), list) and "meta" in result else None
-    except (ValueError, OSError, AttributeError):
-        return None
+        problem = _record_problem(result)
+    except (ValueError, OSError) as e:
+        problem = f"not JSON: {_reason(e)}"
+    if problem:
+        raise LengenError(f"{path} is damaged ({problem}); its rows cannot be checked against these settings: "
+                          "restore it, or use another --out (or move this folder away to start over)")
+    disagreement = csv_disagreement(table, csv_rows(result))
+    if disagreement:
+        print(f"note: {table} disagrees with {path.name} ({disagreement}); it is written again from "
+              f"{path.name}", file=sys.stderr)
+    return result
+
+
+def _record_problem(result) -> str | None:
+    """What makes `result` not a whole hf eval record ({"meta", "rows"}), in words; None if it is one."""
+    if not isinstance(result, dict) or not isinstance(result.get("meta"), dict) \
+            or not isinstance(result.get("rows"), list):
+        return "not a lengen hf eval record"
+    meta = result["meta"]
+    if meta.get("protocol") not in METRIC or meta.get("metric") != METRIC[meta["protocol"]] \
+            or not isinstance(meta.get("settings"), dict):
+        return "its meta is incomplete"
+    metric = meta["metric"]
+    for i, row in enumerate(result["rows"]):
+        value = row.get(metric, False) if isinstance(row, dict) else False
+        if not (isinstance(row, dict) and isinstance(row.get("method"), str)
+                and type(row.get("length")) is int and row["length"] >= 1
+                and (value is None or type(value) in (int, float))
+                and (meta["protocol"] != "ruler" or isinstance(row.get("task"), str))):
+            return f"row {i + 1} is not a result row"
+        if value is None and meta["protocol"] != "ruler":
+            return f"row {i + 1} has no {metric}"
+    return None

@@ -40,12 +40,13 @@ from lengen.errors import LengenError
 from lengen.formats import count_noun
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
-                                load_tokenizer, nll_fn, sequences_digest)
+                                load_tokenizer, nll_fn, read_config, sequences_digest)
 from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
 from lengen.progress import progress_bar
 from lengen.protocols import passkey_accuracy, write_csv
+from lengen.protocols.report import csv_disagreement
 from lengen.protocols.fitting import check_prompts_fit
 
 CACHE_VERSION = 1
@@ -103,9 +104,7 @@ class TuneSettings:
             raise LengenError("--passkey and --seed must be >= 0")
         if not self.margin > 0:
             raise LengenError(f"--margin must be > 0 nats, got {self.margin}")
-        if self.train_length is not None and self.train_length < 2:
-            raise LengenError(f"--train-length must be >= 2, got {self.train_length}")
-        self.eval_settings().check()        # dtype, attn, precision, model folder, --gguf-file
+        self.eval_settings().check()        # --train-length, dtype, attn, precision, model folder, --gguf-file
         for text in (self.text, self.eval_text):
             resolve_source(text)            # a missing text file fails here
         L0 = self.trained_length()
@@ -116,14 +115,7 @@ class TuneSettings:
     def trained_length(self) -> int:
         if self.train_length:
             return self.train_length
-        from transformers import AutoConfig   # optional (lengen[hf]): imported on use
-
-        kwargs = {"local_files_only": True, **({"gguf_file": self.gguf_file} if self.gguf_file else {})}
-        try:
-            config = AutoConfig.from_pretrained(self.model_path, **kwargs)
-        except (OSError, ValueError, KeyError) as e:
-            raise LengenError(f"cannot read the model config in {self.model_path}: "
-                              f"{' '.join(str(e).split())[:300]}") from None
+        config = read_config(self.model_path, self.gguf_file)
         return int(getattr(config, "original_max_position_embeddings", None) or config.max_position_embeddings)
 
 
@@ -200,28 +192,120 @@ def make_slices(settings: TuneSettings, tokenizer) -> tuple[list[Piece], list[Pi
 
 # --- cache ------------------------------------------------------------------------------------------
 
-def cache_key(settings: TuneSettings, train_length: int, tune_tokens: str) -> dict:
+def cache_key(settings: TuneSettings, train_length: int, tune_tokens: str, model: str | None = None) -> dict:
+    """What the cached scores depend on; `model`: the model's fingerprint when already computed
+    (it reads every weight: once a run)."""
     key = {k: getattr(settings, k) for k in SAME_SCORES}
-    key.update(model=model_fingerprint(settings.model_path, settings.gguf_file), segment=settings.segment_tokens(),
-               train_length=train_length, tune_tokens=tune_tokens, version=CACHE_VERSION)
+    key.update(model=model or model_fingerprint(settings.model_path, settings.gguf_file),
+               segment=settings.segment_tokens(), train_length=train_length, tune_tokens=tune_tokens,
+               version=CACHE_VERSION)
     return key
 
 
 def load_cache(out: Path, key: dict, model_path: str) -> dict:
-    """The cache in `out` for these settings (a fresh one if none); LengenError if it holds other settings."""
+    """The cache in `out` for these settings (a fresh one if none). LengenError if it holds other
+    settings or is not a cache at all (damaged: what it held cannot be told apart from noise).
+    Entries that are not scores (a damaged part of an intact file) are dropped, named on stderr,
+    and scored again."""
     path = Path(out) / "tune_cache.json"
     if not path.is_file():
         return {"settings": key, "tune": {}, "eval": {}}
     try:
         cache = io.read_json(path)
         old = legacy_model(cache["settings"], key, model_path)
-    except (ValueError, OSError, KeyError, TypeError):
-        raise LengenError(f"{path} is not a lengen hf tune cache; use another --out") from None
+        if not isinstance(old, dict):
+            raise TypeError
+    except ValueError as e:   # not JSON: truncated or overwritten
+        raise LengenError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:200]}): restore it, or "
+                          "delete it to search again from scratch (or use another --out)") from None
+    except (OSError, KeyError, TypeError, AttributeError):
+        raise LengenError(f"{path} is not a lengen hf tune cache: restore it, or use another --out") from None
     diff = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v]
     if diff:
         raise LengenError(f"{path} holds scores of other settings ({'; '.join(diff)}); use another --out")
-    cache.setdefault("tune", {}), cache.setdefault("eval", {})
+    dropped = _drop_damaged(cache)
+    if dropped:
+        print(f"note: {path}: {len(dropped)} damaged {'entry' if len(dropped) == 1 else 'entries'} dropped "
+              f"({', '.join(dropped[:3])}{', ...' if len(dropped) > 3 else ''}); "
+              f"{'it is' if len(dropped) == 1 else 'they are'} scored again", file=sys.stderr)
     return cache
+
+
+def _numbers(x, low: float = -math.inf, high: float = math.inf) -> bool:
+    """x is a list of finite numbers in [low, high]."""
+    return isinstance(x, list) and all(type(v) in (int, float) and math.isfinite(v) and low <= v <= high for v in x)
+
+
+def _drop_damaged(cache: dict) -> list[str]:
+    """Remove, in place, the entries of `cache` that are not scores as tune() writes them; their names."""
+    dropped = []
+    for part in ("tune", "eval", "passkey"):
+        if not isinstance(cache.get(part), dict):
+            if part in cache:
+                dropped.append(part)
+            cache[part] = {}
+    for spec, entry in list(cache["tune"].items()):
+        if not (isinstance(entry, dict) and _numbers(entry.get("nll")) and isinstance(entry.get("stopped", False), bool)
+                and _numbers(entry.get("seconds", []), 0) and len(entry.get("seconds", [])) <= len(entry["nll"])):
+            dropped.append(spec)
+            del cache["tune"][spec]
+    for part, low, high in (("eval", -math.inf, math.inf), ("passkey", 0, 1)):
+        for label, scores in list(cache[part].items()):
+            if not isinstance(scores, dict):
+                dropped.append(f"{part} {label}")
+                del cache[part][label]
+                continue
+            for spec, value in list(scores.items()):
+                if not _numbers(value if part == "eval" else [value], low, high):
+                    dropped.append(f"{part} {spec}")
+                    del scores[spec]
+    if not cache["passkey"]:
+        del cache["passkey"]   # as a cache without passkey scores is written
+    return dropped
+
+
+def check_records(out: Path, key: dict) -> None:
+    """tune.json and tune.csv, the records a finished run writes from tune_cache.json: without the
+    cache they are refused (LengenError: the search they record would start over and replace
+    them); damaged, of other settings or disagreeing with each other, they are named on stderr
+    and written again from the cache at the end of this run."""
+    out = Path(out)
+    record, table = out / "tune.json", out / "tune.csv"
+    if not (record.exists() or table.exists()):
+        return
+    if not (out / "tune_cache.json").is_file():
+        names = " and ".join(p.name for p in (record, table) if p.exists())
+        raise LengenError(f"{out} holds {names} but not tune_cache.json, the scores they record: restore it, or "
+                          f"use another --out (delete {names} to search again here)")
+    problem = None
+    try:
+        rec = io.read_json(record) if record.exists() else None
+    except (ValueError, OSError) as e:
+        rec, problem = None, f"is damaged (not JSON: {' '.join(str(e).split())[:120]})"
+    if problem is None:
+        problem = "is missing" if rec is None else _record_problem(rec, key)
+    if problem is None:
+        disagreement = csv_disagreement(table, rec["ranking"])
+        if disagreement:
+            print(f"note: {table} disagrees with tune.json ({disagreement}); it is written again from "
+                  "tune_cache.json", file=sys.stderr)
+        return
+    print(f"note: {record} {problem}; tune.json and tune.csv are written again from tune_cache.json",
+          file=sys.stderr)
+
+
+def _record_problem(rec, key: dict) -> str | None:
+    """Why `rec` is not a tune.json of these settings, in words; None if it is one."""
+    if not (isinstance(rec, dict) and isinstance(rec.get("meta"), dict) and isinstance(rec.get("ranking"), list)
+            and all(isinstance(r, dict) for r in rec["ranking"]) and isinstance(rec.get("chosen"), str)
+            and isinstance(rec.get("evaluation"), list)):
+        return "is not a lengen hf tune record"
+    meta = rec["meta"]
+    # records before 2026-12-01 have no settings: the key's fields that meta holds under the same names
+    old = meta.get("settings") if isinstance(meta.get("settings"), dict) else \
+        {k: meta[k] for k in key if k in meta and k not in ("model", "version")}
+    diff = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in key.items() if k in old and old.get(k) != v]
+    return f"records a search of other settings ({'; '.join(diff)})" if diff else None
 
 
 # --- the model as an objective ---------------------------------------------------------------------
@@ -271,6 +355,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     settings.check()
     out = Path(out)
     io.check_writable(out)
+    model_id = model_fingerprint(settings.model_path, settings.gguf_file)   # a damaged weight file fails here
     device = resolve_device(settings.device)
     L0 = settings.trained_length()
     segment = settings.segment_tokens()
@@ -278,7 +363,9 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     tune_slice, eval_slice, slices = make_slices(settings, tokenizer)
     if settings.passkey:   # a length no passkey prompt fits is refused before the model loads
         check_prompts_fit("passkey", tokenizer.encode, [settings.length], (), settings.seed)
-    cache = load_cache(out, cache_key(settings, L0, slices["tune_tokens"]), settings.model_path)
+    key = cache_key(settings, L0, slices["tune_tokens"], model_id)
+    cache = load_cache(out, key, settings.model_path)
+    check_records(out, key)
     cache_path = out / "tune_cache.json"
     save = lambda *_: io.write_json(cache_path, cache)   # noqa: E731
 
@@ -322,7 +409,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
                                                   cache, settings.seed + 1, save)
     call = f'lengen.hf.extend(model, "{chosen.spec}"' + (
         f", train_length={settings.train_length})" if settings.train_length else ")")
-    meta = {**asdict(settings), "train_length": L0, "segment": segment, **slices,
+    meta = {**asdict(settings), "train_length": L0, "segment": segment, **slices, "settings": key,
             "device": str(device), "environment": run_environment(device),
             "seconds": round(time.time() - started, 1),
             "out_of_budget": result.out_of_budget, "new_evaluations": result.calls,
@@ -335,7 +422,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
         for row in ranking:
             row["tune_passkey"] = passkey.get(row["spec"])
     output = {"meta": meta, "ranking": ranking, "chosen": chosen.spec,
-              "tune_ppl": math.exp(chosen.mean), "evaluation": report, "call": call}
+              "tune_ppl": math.exp(chosen.mean), "evaluation": report,
+              "no_better_than": no_better_than(report), "call": call}
     io.write_json(out / "tune.json", output)
     write_csv(out / "tune.csv", output["ranking"])
     return output
@@ -396,6 +484,20 @@ def _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, diges
              "sequences": len(scores[spec])} for role, spec in specs.items()]
 
 
+def no_better_than(evaluation: list[dict]) -> list[str]:
+    """The roles ("rope", "default") the chosen setting does not beat on the evaluation slice: lower
+    perplexity, or with passkey scores, higher accuracy (ties: lower perplexity). The default is
+    left out when it is the chosen setting itself."""
+    rows = {e["role"]: e for e in evaluation}
+    chosen = rows["chosen"]
+
+    def score(e):
+        return (e.get("eval_passkey", 0), -e["eval_ppl"])
+
+    return [role for role in ("rope", "default") if role in rows and rows[role]["spec"] != chosen["spec"]
+            and not score(chosen) > score(rows[role])]
+
+
 def ranking_rows(result: SearchResult, n_items: int) -> list[dict]:
     rows = [{"rank": i + 1, "spec": t.spec, "method": t.setting.method,
              "tune_ppl": math.exp(t.mean) if t.nll else None, "sequences": len(t.nll),
@@ -431,6 +533,14 @@ def format_result(output: dict) -> str:
               f"tokens at length {meta['length']}):"]
     lines += [f"  {e['role']:8s} {e['spec']:40s} ppl {e['eval_ppl']:.4f}"
               + (f"  passkey {e['eval_passkey']:.2f}" if "eval_passkey" in e else "") for e in output["evaluation"]]
+    worse = no_better_than(output["evaluation"])
+    if worse:
+        score = {e["role"]: f"ppl {e['eval_ppl']:.4f}" + (f", passkey {e['eval_passkey']:.2f}" if "eval_passkey" in e
+                                                          else "") for e in output["evaluation"]}
+        names = {"rope": "plain RoPE", "default": "the method's default"}
+        lines.append(f"note: on the evaluation slice the chosen setting ({score['chosen']}) is no better than "
+                     + " or ".join(f"{names[w]} ({score[w]})" for w in worse)
+                     + ": its lead on the tune slice did not carry over")
     if meta["shared_documents"]:
         lines.append(f"note: the evaluation slice shares documents with the tune slice (other tokens): "
                      f"{', '.join(meta['shared_documents'])}")

@@ -23,6 +23,30 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     io.write_text(path, buf.getvalue())
 
 
+def csv_disagreement(path: Path, rows: list[dict]) -> str | None:
+    """Why the CSV at `path` is not (a subset of) what write_csv(path, rows) writes: another header
+    or a row that `rows` lacks, in words; None when it agrees or is absent. A CSV missing some of
+    the rows is agreement: a run stopped between writing its record and its CSV."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    expected = {tuple("" if r.get(k) is None else str(r.get(k)) for k in columns) for r in rows}
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            found = [tuple(r) for r in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return f"unreadable: {e}"
+    if header is None and not rows:
+        return None
+    if header != columns:
+        return f"its columns are {','.join(header or []) or 'none'}, not {','.join(columns)}"
+    extra = [r for r in found if r not in expected]
+    return f"{len(extra)} of its {len(found)} rows are not in the record" if extra else None
+
+
 def pivot_table(rows: list[dict], metric: str, floatfmt: str = "{:.3f}") -> str:
     """Markdown: one row per method, one column per length."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
