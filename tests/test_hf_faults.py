@@ -233,6 +233,7 @@ def test_tune_records_without_their_cache_are_refused(root, finished_tune, tmp_p
 @pytest.mark.parametrize("file,damage,says", [
     ("tune.json", "truncated", "tune.json is damaged (not JSON"),
     ("tune.json", "swapped", "tune.json records a search of other settings (length: 160 there, 128 now"),
+    ("tune.json", "corrupted", "tune.json is not a lengen hf tune record"),
     ("tune.csv", "truncated", "tune.csv disagrees with tune.json"),
     ("tune.csv", "swapped", "tune.csv disagrees with tune.json"),
 ])
@@ -241,6 +242,8 @@ def test_tune_damaged_records_are_named_and_rebuilt_from_the_cache(root, finishe
     out = copy(finished_tune / "done", tmp_path)
     if damage == "truncated":
         truncate(out / file)
+    elif damage == "corrupted":
+        (out / file).write_text(json.dumps({"meta": {}, "ranking": "?"}))
     else:
         shutil.copy(finished_tune / "longer" / file, out / file)
     monkeypatch.setattr(tuning, "load", no_model)   # every score is cached: rebuilt without the model
