@@ -11,6 +11,7 @@ import math
 import typing
 
 from lengen.errors import LengenError
+from lengen.formats import parse_value
 
 
 def set_path(target: dict, dotted: str, value) -> None:
@@ -150,3 +151,19 @@ def check_finite_fields(cfg) -> None:
 def _float_fields(cls) -> frozenset[str]:
     hints = typing.get_type_hints(cls)
     return frozenset(n for n, kind in hints.items() if float in (typing.get_args(kind) or (kind,)))
+
+
+def parse_key_values(items: list[str] | None, flag: str) -> dict:
+    """['init_L=40', 'mlp_depth=2'] -> {'init_L': 40, 'mlp_depth': 2}: the values of a repeatable
+    KEY=VALUE flag. A key given twice is refused: which of the two was meant is not ours to guess."""
+    out, given = {}, {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LengenError(f"{flag} expects KEY=VALUE, got {item!r}")
+        name = key.strip().replace("-", "_")
+        if name in out:
+            raise LengenError(f"{flag} {key.strip()} is given twice ({given[name]!r} and {item!r}); give it once")
+        check_finite(f"{flag} {key.strip()}", value.strip())
+        out[name], given[name] = parse_value(value.strip()), item
+    return out

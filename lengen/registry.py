@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, hints: dict[str, str] | None = None):
+        """`hints`: well-known other names -> the entry an unknown name is suggested as (nope -> none)."""
         self.kind = kind
+        self.hints = hints or {}
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> T:
@@ -29,9 +31,11 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise LengenError(
-                f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}"
-            ) from None
+            raise LengenError(self.unknown(name)) from None
+
+    def unknown(self, name: str) -> str:
+        """The message for a name that is not registered, with a did-you-mean and the valid names."""
+        return unknown_name(self.kind, name, self.names(), self.hints)
 
     def names(self) -> list[str]:
         return list(self._items)

@@ -168,7 +168,7 @@ def test_arith_eval_repeats_the_runs_evaluation(tmp_path, capsys):
     (["--pe", "abacus", "--positions", "coupled"], "has none that reads them (NoPE)"),
     (["--pe", "rope", "--positions", "coupled", "--format", "plain"], "not plain"),
     (["--pe", "abacus+rope+fire"], "give one encoding"),
-    (["--pe", "abacus+nope"], "unknown positional encoding 'nope'"),
+    (["--pe", "abacus+nope"], "unknown pe 'abacus+nope' (did you mean 'abacus+none'?)"),
     (["--positions", "shuffled"], "unknown arithmetic position source 'shuffled'"),
     (["--format", "spaced"], "unknown format 'spaced'"),
     (["--pe", "learned", "--test-digits", "30"], "learned position table has 64 rows"),

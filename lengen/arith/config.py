@@ -15,7 +15,7 @@ from lengen.arith.formats import FORMATS
 from lengen.arith.positions import ARITH_POSITIONS
 from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
-from lengen.errors import LengenError
+from lengen.errors import LengenError, did_you_mean
 from lengen.models.config import CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
 
@@ -36,7 +36,14 @@ def split_pe(spec: str) -> tuple[bool, str]:
     if len(rest) > 1 or parts.count(ABACUS) > 1 or "" in parts:
         raise LengenError(f"pe {spec!r}: give one encoding, `abacus`, or `abacus+ENCODING` (e.g. abacus+fire)")
     encoding = rest[0] if rest else "none"
-    ENCODINGS.get(encoding)  # unknown -> the valid names
+    if encoding not in ENCODINGS:  # named as --pe takes it here: abacus, abacus+ENCODING or ENCODING
+        names = ENCODINGS.names()
+        valid = [ABACUS, *names, *(f"{ABACUS}+{e}" for e in names)]
+        guess = did_you_mean(spec, valid, {**ENCODINGS.hints, **{f"{ABACUS}+{k}": f"{ABACUS}+{v}"
+                                                                 for k, v in ENCODINGS.hints.items()}})
+        raise LengenError(f"unknown pe {spec!r}" + (f" (did you mean {guess!r}?)" if guess else "")
+                          + f"; valid: abacus, abacus+ENCODING or ENCODING, an encoding being one of "
+                          f"{', '.join(names)}")
     return abacus, encoding
 
 
@@ -111,8 +118,10 @@ class ArithConfig:
     def from_dict(cls, d: dict, where: str | None = None) -> ArithConfig:
         return run_config_from_dict(cls, d, where, {"corpus": LM_RUN, "train_length": CHE_RUN})
 
-    def validate(self) -> None:
-        """Every check that needs no model: one LengenError naming the option."""
+    def validate(self, training: bool = True) -> None:
+        """Every check that needs no model: one LengenError naming the option. `training` False
+        (`lengen arith eval`): a grid smaller than the training digits is allowed, a look at the
+        cells trained on."""
         check_finite_fields(self)
         ARITH_TASKS.get(self.task)
         for name in ("train_digits", "test_digits", "steps", "batch_size", "checkpoint_every", "log_every",
@@ -120,6 +129,9 @@ class ArithConfig:
             if getattr(self, name) < (0 if name == "steps" else 1):
                 raise LengenError(f"{name.replace('_', '-')} must be >= {0 if name == 'steps' else 1}, "
                                   f"got {getattr(self, name)}")
+        if training and self.test_digits < self.train_digits:  # as `lengen train` refuses max-length < train-length
+            raise LengenError(f"test-digits {self.test_digits} < train-digits {self.train_digits}: the evaluation "
+                              "must cover the training digits (and usually go beyond them)")
         if self.format not in FORMATS:
             raise LengenError(f"unknown format {self.format!r}; valid: {', '.join(FORMATS)}")
         abacus, encoding = split_pe(self.pe)
@@ -137,8 +149,9 @@ class ArithConfig:
         for name in ("lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise LengenError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
-        if self.warmup < 0 or self.seed < 0 or self.eval_seed < 0:
-            raise LengenError("warmup, seed and eval-seed must be >= 0")
+        for name in ("warmup", "weight_decay", "seed", "eval_seed"):  # each by its own flag's name
+            if getattr(self, name) < 0:
+                raise LengenError(f"{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         check_precision(self.precision)
         self.model.validate()
         if not self.model.causal:
@@ -151,6 +164,12 @@ class ArithConfig:
             if encoding == "none":
                 raise LengenError(f"--positions coupled gives ids to a positional encoding, and pe {self.pe!r} has "
                                   "none that reads them (NoPE); use --pe learned (Cho et al.'s), rope, fire, ...")
+            past_only = [e for e in dict.fromkeys(self.model.layer_pe or [encoding])
+                          if ENCODINGS.get(e).causal_past_only]
+            if past_only:
+                raise LengenError(f"--positions coupled gives keys larger ids than their query, and the causal form "
+                                  f"of {', '.join(past_only)} assumes they never are (docs/arithmetic.md); use --pe "
+                                  "learned (Cho et al.'s) or rope, which read both signs")
             if self.format == "plain":
                 raise LengenError("--positions coupled needs the answer's significance before it is decoded: use "
                                   "--format padded (Cho et al.'s) or reversed, not plain")

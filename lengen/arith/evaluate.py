@@ -98,13 +98,17 @@ def evaluate_run(run_dir, digits: int | None = None, samples: int | None = None,
                  device: str | None = None, precision: str | None = None, progress: bool = False) -> dict:
     """The heat map of the trained run in `run_dir` (its checkpoint's weights); settings left None
     are the run's own (its test digits, samples per cell, evaluation seed, device, precision)."""
+    # named as `lengen arith eval` takes them: the config's names (eval-seed, ...) are train's flags
+    for flag, value, least in (("--test-digits", digits, 1), ("--samples", samples, 1), ("--seed", seed, 0)):
+        if value is not None and value < least:
+            raise LengenError(f"{flag} must be >= {least}, got {value}")
     run = RunDir(run_dir)
     cfg = ArithConfig.from_dict(run.read_config(), where=str(run_dir))
     for name, value in (("test_digits", digits), ("eval_samples", samples), ("eval_seed", seed),
                         ("device", device), ("precision", precision)):
         if value is not None:
             setattr(cfg, name, value)
-    cfg.validate()  # test digits the positions cannot reach fail here
+    cfg.validate(training=False)  # test digits the positions cannot reach fail here
     ckpt = run.load_checkpoint()
     if ckpt is None:
         raise LengenError(f"{run_dir} has no checkpoint yet; train it first (`lengen arith train`)")

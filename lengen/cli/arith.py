@@ -41,7 +41,9 @@ def run_train(args) -> int:
     out = args.out or RUN_DIR.format(cfg=cfg)
     check_writable(out)
     record = train_arith(cfg, out, progress=not args.no_progress)
-    print(f"\n{record['parameters']:,} parameters, {record['steps']} steps, training loss {record['train_loss']:.4f}")
+    loss = record["train_loss"]  # None after --steps 0: no step, no loss
+    print(f"\n{record['parameters']:,} parameters, {record['steps']} steps"
+          + (f", training loss {loss:.4f}" if loss is not None else ""))
     print_result(record)
     print(f"run directory: {out}  (config.json, checkpoint.pt, metrics.jsonl, eval.json)")
     return 0

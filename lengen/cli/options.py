@@ -7,19 +7,7 @@ import torch
 
 from lengen.errors import LengenError
 from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
-from lengen.options import check_finite
-
-
-def parse_key_values(items: list[str] | None, flag: str) -> dict:
-    """['init_L=40', 'mlp_depth=2'] -> {'init_L': 40, 'mlp_depth': 2}."""
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise LengenError(f"{flag} expects KEY=VALUE, got {item!r}")
-        check_finite(f"{flag} {key.strip()}", value.strip())
-        out[key.strip().replace("-", "_")] = parse_value(value.strip())
-    return out
+from lengen.options import parse_key_values  # noqa: F401 - the commands import it from here
 
 
 #: options given as repeated KEY=VALUE flags (parse_key_values), by every command that has them

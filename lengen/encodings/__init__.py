@@ -23,7 +23,9 @@ from lengen.encodings.t5 import T5Encoding
 from lengen.errors import LengenError
 from lengen.registry import Registry
 
-ENCODINGS: Registry[type[PositionalEncoding]] = Registry("positional encoding")
+# the names papers use for some encodings: suggested when typed, not accepted (a config holds one name)
+ENCODINGS: Registry[type[PositionalEncoding]] = Registry("positional encoding", hints={
+    "nope": "none", "sinusoidal": "sincos", "rotary": "rope", "partial_rope": "p_rope"})
 ENCODINGS.add("none", NoEncoding)
 ENCODINGS.add("sincos", SinCosEncoding)
 ENCODINGS.add("learned", LearnedEncoding)

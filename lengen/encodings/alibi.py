@@ -29,6 +29,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 class AlibiEncoding(PositionalEncoding):
     relative = True
+    causal_past_only = True  # causal penalty m (p_q - p_k): a later key's id becomes a bonus
 
     def __init__(self, cfg):
         super().__init__(cfg)

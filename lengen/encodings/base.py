@@ -43,6 +43,10 @@ class PositionalEncoding(nn.Module):
     accepts_float_positions: bool = True
     #: whether the encoding attends only through relative positions (shift invariant)
     relative: bool = False
+    #: whether the causal form assumes keys never have a larger position than their query (a
+    #: signed distance taken as a penalty, or clamped): ids that do not grow along the sequence
+    #: (arithmetic's coupled positions) are read wrongly
+    causal_past_only: bool = False
     #: parameters kept in [min, max] (None: open) by projecting them in place before each
     #: forward pass, a projected-gradient constraint (KERPLE); `project` applies it, and a stack
     #: of models trained together applies it to the stacked weights (lengen.training.group)

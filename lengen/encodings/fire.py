@@ -88,6 +88,7 @@ class FireEncoding(PositionalEncoding):
     ("log", or "identity" for psi(x) = x), eps (1e-6)."""
 
     shared = False
+    causal_past_only = True  # causal: negative distances are clamped to 0
 
     def __init__(self, cfg, depth: int = 2, width: int = 32, init_c: float = 0.1,
                  init_L: float | None = None, transform: str = "log", eps: float = 1e-6):

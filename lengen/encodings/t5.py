@@ -48,6 +48,7 @@ class T5Encoding(PositionalEncoding):
 
     relative = True
     accepts_float_positions = False
+    causal_past_only = True  # causal: every key after the query shares bucket 0
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128, shared: bool = False):
         super().__init__(cfg)

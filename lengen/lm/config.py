@@ -20,15 +20,15 @@ def default_lm_model() -> ModelConfig:
 
 def check_corpus_run_numbers(cfg) -> None:
     """The range checks every corpus-trained run config (LMConfig, MLMConfig) shares: sizes and
-    intervals >= 1, steps and warmup >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1),
+    intervals >= 1, steps, warmup and weight-decay >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1),
     and every number finite (first: NaN passes every range check, nan <= 0 is False)."""
     check_finite_fields(cfg)
     for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
         if getattr(cfg, name) < 1:
             raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("steps", "warmup"):
+    for name in ("steps", "warmup", "weight_decay"):  # a negative decay pushes weights away from 0
         if getattr(cfg, name) < 0:
-            raise LengenError(f"{name} must be >= 0, got {getattr(cfg, name)}")
+            raise LengenError(f"{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
     if cfg.lr <= 0:
         raise LengenError(f"lr must be > 0, got {cfg.lr}")
     if cfg.seed < 0:

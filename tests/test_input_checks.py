@@ -1,0 +1,143 @@
+"""Issue 49's accepted nonsense and misleading messages: refused in one line (exit 2) before
+anything is written, named as the user typed it; the one did-you-mean; a zero-step arith run."""
+
+import json
+
+import pytest
+
+from lengen.arith.config import ArithConfig, split_pe
+from lengen.cli import main
+from lengen.encodings import ENCODINGS
+from lengen.errors import LengenError, did_you_mean
+from lengen.options import parse_key_values
+from lengen.registry import Registry
+
+TINY = ["--layers", "1", "--heads", "2", "--d-model", "16", "--d-ff", "32", "--device", "cpu", "--no-progress"]
+
+
+# -- did you mean ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("typed,valid,hints,expected", [
+    ("p-rope", ENCODINGS.names(), None, "p_rope"),          # the same name up to - and _
+    ("P_RoPE", ENCODINGS.names(), None, "p_rope"),          # and case
+    ("nope", ENCODINGS.names(), ENCODINGS.hints, "none"),   # a paper's name for it
+    ("sed", ["seed", "steps", "dropout"], None, "seed"),    # a typo
+    ("abacuss", ["abacus", "rope"], None, "abacus"),
+    ("out", ["dropout", "seed", "steps"], None, None),      # shares letters only: ratio 0.6
+    ("xyz", ["rope", "fire"], None, None),
+    ("nope", ["fire"], {"nope": "none"}, None),             # a hint to a name that is not valid
+])
+def test_did_you_mean(typed, valid, hints, expected):
+    assert did_you_mean(typed, valid, hints) == expected
+
+
+def test_a_registry_suggests_and_still_lists_the_valid_names():
+    reg = Registry("colour", hints={"grey": "gray"})
+    for name in ("red", "gray"):
+        reg.add(name, object())
+    with pytest.raises(LengenError) as e:
+        reg.get("rde")
+    assert str(e.value) == "unknown colour 'rde' (did you mean 'red'?); valid: red, gray"
+    with pytest.raises(LengenError) as e:
+        reg.get("grey")
+    assert "(did you mean 'gray'?)" in str(e.value)
+    with pytest.raises(LengenError) as e:
+        reg.get("blue")
+    assert str(e.value) == "unknown colour 'blue'; valid: red, gray"
+
+
+@pytest.mark.parametrize("pe,guess", [("abacuss", "abacus"), ("abacus+rpoe", "abacus+rope"),
+                                      ("p-rope", "p_rope"), ("abacus+nope", "abacus+none")])
+def test_arith_pe_is_suggested_among_arith_names(pe, guess):
+    with pytest.raises(LengenError) as e:
+        split_pe(pe)
+    assert f"unknown pe {pe!r} (did you mean {guess!r}?)" in str(e.value)
+    assert "abacus, abacus+ENCODING or ENCODING" in str(e.value)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "--pe", "p-rope"], "unknown positional encoding 'p-rope' (did you mean 'p_rope'?)"),
+    (["train", "--pe", "nope"], "unknown positional encoding 'nope' (did you mean 'none'?)"),
+    (["train", "--task", "revers_string"], "unknown task 'revers_string' (did you mean 'reverse_string'?)"),
+    (["arith", "train", "--pe", "abacuss"], "unknown pe 'abacuss' (did you mean 'abacus'?)"),
+    # accepted nonsense: refused in the flag's own terms
+    (["arith", "train", "--test-digits", "2", "--train-digits", "3"],
+     "test-digits 2 < train-digits 3: the evaluation must cover the training digits"),
+    (["arith", "train", "--weight-decay", "-0.5"], "weight-decay must be >= 0, got -0.5"),
+    (["lm", "train", "--weight-decay", "-0.5"], "weight-decay must be >= 0, got -0.5"),
+    (["arith", "train", "--seed", "-1"], "seed must be >= 0, got -1"),
+    (["arith", "train", "--warmup", "-1"], "warmup must be >= 0, got -1"),
+    (["arith", "train", "--pe", "alibi", "--positions", "coupled", "--format", "padded", "--max-position", "16"],
+     "the causal form of alibi assumes"),
+    (["arith", "train", "--pe", "t5", "--positions", "coupled", "--format", "padded", "--max-position", "16"],
+     "the causal form of t5 assumes"),
+    (["arith", "train", "--pe", "abacus+fire", "--positions", "coupled"], "the causal form of fire assumes"),
+    (["arith", "train", "--pe-option", "base=500", "--pe", "rope", "--pe-option", "base=10000"],
+     "--pe-option base is given twice ('base=500' and 'base=10000')"),
+    (["train", "--pe-option", "base=500", "--pe-option", "base=500"], "--pe-option base is given twice"),
+])
+def test_refused_in_one_line_before_anything_is_written(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_the_boundaries_are_accepted():
+    # test digits == train digits: a grid of the training cells only
+    ArithConfig(train_digits=3, test_digits=3).validate()
+    ArithConfig(weight_decay=0.0).validate()
+    # coupled ids with encodings that read both signs
+    for pe in ("learned", "rope", "abacus+rope"):
+        ArithConfig(pe=pe, positions="coupled", format="padded", model=ArithConfig().model).validate()
+    assert parse_key_values(["base=500", "scale=2"], "--pe-option") == {"base": 500, "scale": 2}
+
+
+def test_past_only_encodings_are_the_ones_the_doc_names():
+    # docs/arithmetic.md: ALiBi, T5's buckets and FIRE read coupled (non-growing) ids wrongly
+    assert sorted(n for n in ENCODINGS if ENCODINGS.get(n).causal_past_only) == ["alibi", "fire", "fire_shared", "t5"]
+
+
+@pytest.mark.parametrize("flag,value,message", [("--seed", "-1", "--seed must be >= 0, got -1"),
+                                                ("--samples", "0", "--samples must be >= 1, got 0"),
+                                                ("--test-digits", "0", "--test-digits must be >= 1, got 0")])
+def test_arith_eval_names_its_own_flags(tmp_path, capsys, flag, value, message):
+    out = tmp_path / "run"
+    assert main(["arith", "train", *TINY, "--steps", "0", "--train-digits", "1", "--test-digits", "2",
+                 "--eval-samples", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["arith", "eval", str(out), flag, value, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"lengen: error: {message}" and "warmup" not in err
+
+
+def test_arith_train_with_zero_steps_evaluates_the_untrained_model_and_reruns(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["arith", "train", *TINY, "--steps", "0", "--train-digits", "1", "--test-digits", "1",
+            "--eval-samples", "2", "--out", str(out)]
+    for _ in range(2):  # the rerun finds the finished zero-step run
+        assert main(argv) == 0
+        printed = capsys.readouterr().out
+        assert " 0 steps\n" in printed and "training loss" not in printed
+    record = json.loads((out / "eval.json").read_text())
+    assert record["steps"] == 0 and record["train_loss"] is None
+
+
+def test_a_key_value_flag_refuses_a_key_given_twice():
+    with pytest.raises(LengenError, match=r"--pe-option base is given twice \('base=500' and 'base=1e4'\)"):
+        parse_key_values(["base=500", "scale=2", "base=1e4"], "--pe-option")
+    with pytest.raises(LengenError, match="given twice"):   # the same key, spelled with - and _
+        parse_key_values(["init-L=4", "init_L=5"], "--pe-option")
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(test_digits=2, train_digits=3), "test-digits 2 < train-digits 3"),
+    (dict(weight_decay=-0.5), "weight-decay must be >= 0, got -0.5"),
+    (dict(eval_seed=-1), "eval-seed must be >= 0, got -1"),
+    (dict(pe="alibi", positions="coupled", format="padded"), "the causal form of alibi assumes"),
+])
+def test_arith_config_refusals(changes, message):
+    with pytest.raises(LengenError, match=message):
+        ArithConfig(**changes).validate()
+    if "test_digits" in changes:   # arith eval may look at the trained cells only
+        ArithConfig(**changes).validate(training=False)
