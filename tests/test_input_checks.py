@@ -141,3 +141,16 @@ def test_arith_config_refusals(changes, message):
         ArithConfig(**changes).validate()
     if "test_digits" in changes:   # arith eval may look at the trained cells only
         ArithConfig(**changes).validate(training=False)
+
+
+@pytest.mark.parametrize("grid,expected,unexpected", [
+    ({"sed": [0, 1]}, "unknown `lengen train` option 'sed' (did you mean 'seed'?)", "valid:"),
+    ({"out": ["x"]}, "unknown `lengen train` option 'out'; valid: batch_size, ", "did you mean"),
+    ({"pe": ["nope"]}, "unknown positional encoding 'nope' (did you mean 'none'?)", None),
+])
+def test_sweep_files_use_the_same_did_you_mean(tmp_path, capsys, grid, expected, unexpected):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"grid": grid, "fixed": {"steps": 1}}))  # JSON is YAML
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and (unexpected is None or unexpected not in err), err

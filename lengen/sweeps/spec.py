@@ -34,14 +34,13 @@ runs and reported together, each with the grid point that causes it.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.options import check_finite
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 from lengen.sweeps.presets import preset_names, preset_path
@@ -120,9 +119,7 @@ def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | N
         return None
     valid = kind.options()
     if name not in valid:
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f"; valid: {', '.join(valid)}"
-        errors.append(f"{where}: unknown `{kind.command}` option {key!r}{hint}")
+        errors.append(f"{where}: {unknown_name(f'`{kind.command}` option', key, valid, listed=False)}")
         return None
     return name
 
