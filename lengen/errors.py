@@ -43,3 +43,13 @@ def unknown_name(kind: str, name, valid, hints: dict[str, str] | None = None, li
     guess = did_you_mean(name, valid, hints)
     text = f"unknown {kind} {name!r}" + (f" (did you mean {guess!r}?)" if guess else "")
     return text + (f"; valid: {', '.join(map(str, valid))}" if listed or not guess else "")
+
+
+def reason(error: BaseException, limit: int = 160) -> str:
+    """A library's exception as one short line for a message: its type and first sentence (torch
+    adds paragraphs of advice after it), cut at a word, never inside one, with "..." when cut."""
+    text = " ".join(str(error).split())
+    first = text.split(". ", 1)[0].rstrip(".")
+    if len(first) > limit:
+        first = first[:limit + 1].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__

@@ -4,11 +4,12 @@ anything is written, named as the user typed it; the one did-you-mean; a zero-st
 import json
 
 import pytest
+import torch
 
 from lengen.arith.config import ArithConfig, split_pe
 from lengen.cli import main
 from lengen.encodings import ENCODINGS
-from lengen.errors import LengenError, did_you_mean
+from lengen.errors import LengenError, did_you_mean, reason
 from lengen.options import parse_key_values
 from lengen.registry import Registry
 
@@ -154,3 +155,52 @@ def test_sweep_files_use_the_same_did_you_mean(tmp_path, capsys, grid, expected,
     assert main(["sweep", "run", str(spec), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert expected in err and (unexpected is None or unexpected not in err), err
+
+
+# -- messages that fit the command ----------------------------------------------------------------
+CHE_TINY = ["--task", "reverse_string", "--train-length", "4", "--max-length", "5", "--eval-samples", "2",
+            "--batch-size", "4", "--layers", "1", "--heads", "2", "--d-model", "16", "--d-ff", "32",
+            "--device", "cpu", "--no-progress"]
+
+
+def test_reason_keeps_whole_words_and_the_first_sentence():
+    torch_text = ("PytorchStreamReader failed reading zip archive: failed finding central directory. This "
+                  "is an internal miniz error. If you are seeing this error, there is a high likelihood")
+    assert reason(RuntimeError(torch_text)) == ("RuntimeError: PytorchStreamReader failed reading zip archive: "
+                                                "failed finding central directory")
+    cut = reason(ValueError("word " * 60), limit=22)
+    assert cut == "ValueError: word word word word ..."   # 4 words (19 + 1 + 4 = 24 > 22: not 5)
+    assert reason(ValueError("")) == "ValueError"
+
+
+def test_a_damaged_checkpoint_is_named_with_advice_that_fits_the_command(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", *CHE_TINY, "--steps", "2", "--checkpoint-every", "1", "--out", str(run)]
+    assert main(argv) == 0
+    ckpt = run / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:3000])
+    capsys.readouterr()
+    for command in (["eval", str(run)], ["inspect", str(run), "--attention"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{ckpt} is damaged (RuntimeError: PytorchStreamReader failed reading " \
+            "zip archive: failed finding central directory); the trained weights cannot be read: put back a " \
+            "good copy" in err, err
+        assert "restart the run" not in err
+    assert main(argv) == 2   # training resumes from it: starting over is what it can do
+    assert "is damaged (RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central " \
+        "directory); delete it to restart the run from step 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("checkpoint_every", [10, 500])
+def test_a_diverged_run_says_which_checkpoint_is_kept(tmp_path, capsys, checkpoint_every):
+    run = tmp_path / "run"
+    assert main(["train", *CHE_TINY, "--lr", "1e6", "--steps", "100", "--log-every", "50",
+                 "--checkpoint-every", str(checkpoint_every), "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "training diverged at step 50" in err
+    if (run / "checkpoint.pt").exists():
+        step = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
+        assert f"the checkpoint of step {step} is kept" in err and checkpoint_every == 10
+    else:
+        assert "no checkpoint was written before it" in err and "kept" not in err

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from lengen import io
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.environment import run_environment
-from lengen.errors import LengenError
+from lengen.errors import LengenError, reason
 from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.training import deadline
@@ -167,7 +167,7 @@ def reusable_eval(run: RunDir, cfg: TrainConfig, test_mode: str, device, step: i
         return None
     except (OSError, ValueError) as e:
         if note is not None:
-            note(f"{path} is damaged ({' '.join(str(e).split())[:80]}); evaluating the run again")
+            note(f"{path} is damaged ({reason(e)}); evaluating the run again")
         return None
     expected = {**expected_eval(cfg, test_mode), "steps": step, "device": str(device)}
     why = record_mismatch(previous, {k: expected[k] for k in IDENTIFYING})

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from lengen import io
-from lengen.errors import LengenError
+from lengen.errors import LengenError, reason
 from lengen.options import flatten, get_path
 
 
@@ -142,17 +142,21 @@ class RunDir:
     # -- checkpoints and metrics ---------------------------------------------------------------
     def load_checkpoint(self, config: dict | None = None, identity_keys: list[str] | None = None,
                         normalize=None) -> dict | None:
-        """The checkpoint, or None when there is none. With `config`: LengenError when the
-        checkpoint was saved by a run of another config (a copy from another run directory), on
-        `identity_keys`; `normalize` brings its saved config to the current schema."""
+        """The checkpoint, or None when there is none. With `config` (training resumes from it):
+        LengenError when the checkpoint was saved by a run of another config (a copy from another
+        run directory), on `identity_keys`; `normalize` brings its saved config to the current
+        schema. A damaged file's message advises what fits: restarting the run when training
+        resumes, keeping the file for another try when the weights are only read (eval, inspect)."""
         path = self.file(self.CHECKPOINT)
         if not path.exists():
             return None
         try:
             ckpt = io.load_torch(path)
         except Exception as e:  # noqa: BLE001 - torch raises several kinds for a truncated file
-            raise LengenError(f"{path} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:120]}); "
-                              "delete it to restart the run from step 0") from None
+            advice = ("delete it to restart the run from step 0" if config is not None else
+                      "the trained weights cannot be read: put back a good copy, or train the run again "
+                      "(its training command starts from step 0 once the file is deleted)")
+            raise LengenError(f"{path} is damaged ({reason(e)}); {advice}") from None
         saved = ckpt.get("config") if isinstance(ckpt, dict) else None
         if config is not None and isinstance(saved, dict):  # checkpoints record their config
             try:

@@ -14,7 +14,7 @@ from lengen.training.run_dir import RunDir
 
 
 class TrainingDiverged(LengenError):
-    """The training loss became NaN or infinite; the last good checkpoint is kept."""
+    """The training loss became NaN or infinite; the last good checkpoint, if any, is kept."""
 
 
 class TrainingSession:
@@ -31,6 +31,8 @@ class TrainingSession:
                               f"evaluate the {done}-step model. Give --steps {done} or more, or another --out")
         run.claim(config, identity_keys=identity, normalize=normalize)
         self.step, self.metrics, self._seconds = 0, [], 0.0
+        #: the step of the checkpoint on disk (None: none yet), for what a divergence leaves behind
+        self.saved_step = None if self.ckpt is None else self.ckpt["step"]
         self._start = time.perf_counter()
 
     def restore(self, model, optimizer) -> dict | None:
@@ -59,8 +61,10 @@ class TrainingSession:
     def add_row(self, row: dict) -> dict:
         """Append a metrics row (with the cumulative seconds); a non-finite loss stops training."""
         if not math.isfinite(row["loss"]):
-            raise TrainingDiverged(f"training diverged at step {row['step']} (loss {row['loss']}); the last "
-                                   "checkpoint is kept; lower --lr or --grad-clip")
+            kept = ("no checkpoint was written before it" if self.saved_step is None
+                    else f"the checkpoint of step {self.saved_step} is kept")
+            raise TrainingDiverged(f"training diverged at step {row['step']} (loss {row['loss']}); {kept}; "
+                                   "lower --lr or --grad-clip")
         row["seconds"] = self.elapsed()
         self.metrics.append(row)
         return row
@@ -70,3 +74,4 @@ class TrainingSession:
         self.run.save_checkpoint({"step": self.step, "model": model.state_dict(),
                                   "optimizer": optimizer.state_dict(), "seconds": self.elapsed(),
                                   "metrics": list(self.metrics), "config": self.config, **state}, self.metrics)
+        self.saved_step = self.step
