@@ -6,10 +6,13 @@ import json
 import pytest
 import torch
 
+import lengen.inspect
+
 from lengen.arith.config import ArithConfig, split_pe
 from lengen.cli import main
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError, did_you_mean, reason
+from lengen.models.config import ModelConfig, model_label
 from lengen.options import parse_key_values
 from lengen.registry import Registry
 
@@ -204,3 +207,30 @@ def test_a_diverged_run_says_which_checkpoint_is_kept(tmp_path, capsys, checkpoi
         assert f"the checkpoint of step {step} is kept" in err and checkpoint_every == 10
     else:
         assert "no checkpoint was written before it" in err and "kept" not in err
+
+
+# -- labels ---------------------------------------------------------------------------------------
+def test_model_label_names_every_option_that_changes_the_attention():
+    assert model_label(ModelConfig(pe="rope")) == "pe=rope"
+    cfg = ModelConfig(pe="rope", pe_options={"base": 500}, layer_pe=["rope", "none"],
+                      logit_scale="llama4_temperature", logit_scale_options={"floor_scale": 8}, key_norm=True)
+    assert model_label(cfg) == ("pe=rope(base=500)  layer-pe=rope,none  "
+                                "logit-scale=llama4_temperature(floor_scale=8)  key-norm")
+    assert model_label(ModelConfig(architecture="lstm")) == "model=lstm"
+    assert model_label(ArithConfig(pe="abacus+rope").model, "abacus+rope") == "pe=abacus+rope"
+
+
+def test_a_layer_pattern_run_is_labelled_by_it_in_the_summary_eval_json_and_inspect(tmp_path, capsys,
+                                                                                     monkeypatch):
+    run = tmp_path / "run"
+    assert main(["train", *CHE_TINY, "--layers", "2", "--pe", "rope", "--layer-pe", "rope,none",
+                 "--logit-scale", "llama4_temperature", "--steps", "1", "--out", str(run)]) == 0
+    label = "pe=rope  layer-pe=rope,none  logit-scale=llama4_temperature"
+    assert f"reverse_string  {label}  positions=standard" in capsys.readouterr().out
+    assert json.loads((run / "eval.json").read_text())["label"] == label
+    assert main(["inspect", str(run), "--activations", "--samples", "2"]) == 0
+    assert json.loads((run / "inspect_activations.json").read_text())["label"] == label
+    titles = []
+    monkeypatch.setattr(lengen.inspect, "plot_attention", lambda maps, n, path, title, caption: titles.append(title))
+    assert main(["inspect", str(run), "--attention"]) == 0
+    assert len(titles) == 2 and all(t.startswith(f"reverse_string  {label}  positions=") for t in titles), titles

@@ -20,6 +20,7 @@ from lengen.arith.model import build_model
 from lengen.arith.vocab import EOS
 from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
+from lengen.models.config import model_label
 from lengen.progress import progress_bar
 from lengen.training.run_dir import RunDir
 
@@ -116,5 +117,6 @@ def evaluate_run(run_dir, digits: int | None = None, samples: int | None = None,
     model = build_model(cfg)
     model.load_state_dict(ckpt["model"])
     result = evaluate_model(model.to(where), cfg, cfg.test_digits, cfg.eval_samples, cfg.eval_seed, where, progress)
-    return {**result, "steps": ckpt["step"], "task": cfg.task, "pe": cfg.pe, "positions": cfg.positions,
+    return {**result, "steps": ckpt["step"], "task": cfg.task, "pe": cfg.pe,
+            "label": model_label(cfg.model, cfg.pe), "positions": cfg.positions,
             "format": cfg.format}

@@ -20,6 +20,7 @@ from lengen.arith.formats import encode
 from lengen.arith.model import ArithLM, build_model
 from lengen.devices import precision_context, resolve_device, to_device
 from lengen.lm.loop import CorpusObjective, train_on_corpus
+from lengen.models.config import model_label
 
 
 class TaskData:
@@ -66,6 +67,7 @@ def train_arith(cfg: ArithConfig, out: str | Path, progress: bool = True,
 
     objective = CorpusObjective(batch_loss=batch_loss, validate=validate, label=f"arith {cfg.task} {cfg.pe}",
                                 readout=lambda loss: {}, generators={"offsets": offsets},
-                                describe={"task": cfg.task, "pe": cfg.pe, "positions": cfg.positions,
+                                describe={"task": cfg.task, "pe": cfg.pe, "label": model_label(cfg.model, cfg.pe),
+                                          "positions": cfg.positions,
                                           "format": cfg.format})
     return train_on_corpus(cfg, out, model, device, TaskData(cfg), objective, progress, on_log)

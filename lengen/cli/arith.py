@@ -61,7 +61,7 @@ def run_eval(args) -> int:
     io.write_json(Path(out), result)
     figure = Path(out).with_suffix(".png")
     fig = heatmap_figure({(c["i"], c["j"]): c["accuracy"] for c in result["cells"]}, result["cell_axes"],
-                         result["train_digits"], f"{args.run_dir}: {result['pe']} / {result['positions']}, "
+                         result["train_digits"], f"{args.run_dir}: {result['label']} / {result['positions']}, "
                          f"step {result['steps']}")
     io.save_figure(figure, fig)
     close(fig)

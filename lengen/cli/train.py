@@ -22,7 +22,8 @@ def print_eval(record: dict, model: str = "transformer") -> None:
     if model != "transformer":  # a recurrent model: its record's pe and positions are unused defaults
         print(f"\n{record['task']}  model={model}")
     else:
-        print(f"\n{record['task']}  pe={record['pe']}  positions={record['positions']}  "
+        label = record.get("label", f"pe={record['pe']}")  # records before labels: the pe alone
+        print(f"\n{record['task']}  {label}  positions={record['positions']}  "
               f"test positions={record['test_positions']}")
     rows = [[b["lengths"], b["accuracy"]] for b in record["bands"]]
     print(format_table(["lengths", "accuracy"], rows))

@@ -22,6 +22,7 @@ from lengen.errors import LengenError
 from lengen.inspect.activations import PCA, block_outputs, fit_pca
 from lengen.inspect.attention import attention_maps, attention_modules, head_summaries
 from lengen.inspect.plots import plot_activations, plot_attention
+from lengen.models.config import model_label
 from lengen.positions import evaluation_sampler
 from lengen.training.config import TrainConfig
 from lengen.training.evaluation import length_generator
@@ -123,7 +124,7 @@ def inspect_run(run_dir, attention: bool = True, activations: bool = True, lengt
     insp = open_run(run_dir, length=length, device=device)
     cfg, N, L = insp.cfg, insp.cfg.train_length, insp.length
     caption = "$ " + command_line(run_dir, attention, activations, L, seed, samples, out, device)
-    about = f"{cfg.task}  pe={cfg.model.pe}  positions={cfg.positions} (test: {insp.parts.test_mode})"
+    about = f"{cfg.task}  {model_label(cfg.model)}  positions={cfg.positions} (test: {insp.parts.test_mode})"
     written = []
     if attention:
         for tag, n in (("N", N), ("L", L)):
@@ -141,7 +142,8 @@ def inspect_run(run_dir, attention: bool = True, activations: bool = True, lengt
                          f"{about}\nblock outputs: PCA fitted at length {N}, length {L} projected "
                          f"({samples} sequences each)", caption)
         record = {
-            "run": str(insp.run.path), "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
+            "run": str(insp.run.path), "task": cfg.task, "pe": cfg.model.pe, "label": model_label(cfg.model),
+            "positions": cfg.positions,
             "test_positions": insp.parts.test_mode, "train_length": N, "length": L,
             "samples": samples, "seed": seed, "fitted_on": f"length {N}, every token",
             "layers": [{"layer": i + 1, "explained_variance_ratio": d["ratio"],

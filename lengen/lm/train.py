@@ -27,6 +27,7 @@ from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
 from lengen.lm.loop import CorpusObjective, train_on_corpus
 from lengen.lm.model import DecoderLM
+from lengen.models.config import model_label
 from lengen.positions import PositionSampler, build_sampler, draw_positions
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
 from lengen.training.setup import check_positions_fit
@@ -98,7 +99,8 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
 
     label = f"lm train {cfg.model.pe}" + ("" if standard else f"/{cfg.positions}")
     objective = CorpusObjective(batch_loss=batch_loss, validate=lambda: validate(model, corpus, cfg),
-                                label=label, describe={"pe": cfg.model.pe, "positions": cfg.positions},
+                                label=label, describe={"pe": cfg.model.pe, "label": model_label(cfg.model),
+                                                       "positions": cfg.positions},
                                 readout=lambda loss: {"ppl": f"{math.exp(loss):.2f}"},
                                 generators={} if standard else {"positions": gen})
     return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log)

@@ -26,6 +26,7 @@ from lengen.mlm.config import MLMConfig
 from lengen.mlm.evaluate import validate
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
+from lengen.models.config import model_label
 from lengen.positions import PositionSampler, build_sampler, draw_positions
 from lengen.training.setup import check_positions_fit, default_test_mode
 
@@ -91,7 +92,7 @@ def train_mlm(cfg: MLMConfig, out: str | Path, progress: bool = True,
 
     objective = CorpusObjective(batch_loss=batch_loss, validate=lambda: validate(model, corpus, cfg),
                                 label=f"mlm train {cfg.model.pe}/{cfg.positions}",
-                                describe={"pe": cfg.model.pe, "positions": cfg.positions},
+                                describe={"pe": cfg.model.pe, "label": model_label(cfg.model), "positions": cfg.positions},
                                 readout=lambda loss: {"bpb": f"{loss / math.log(2):.3f}"},
                                 generators={"mlm": gen})
     return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log)

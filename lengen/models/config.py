@@ -150,6 +150,28 @@ ARITH_RUN = "this is an arithmetic run: use `lengen arith eval` (or `lengen arit
 ARITH_KEY = "train_digits"
 
 
+def _options_text(options: dict) -> str:
+    return f"({','.join(f'{k}={v}' for k, v in options.items())})" if options else ""
+
+
+def model_label(cfg: ModelConfig, pe: str | None = None) -> str:
+    """The one label of a model in summaries, eval records and figure titles: every setting that
+    changes what the attention reads of positions, as the flags spell it: `pe=rope`,
+    `pe=rope(base=500)  layer-pe=rope,none  logit-scale=llama4_temperature  key-norm`; a
+    recurrent model by its architecture (`model=lstm`). `pe`: the run's own name for it, when the
+    run has one (arithmetic's `abacus+rope`)."""
+    if cfg.recurrent:
+        return f"model={cfg.architecture}"
+    parts = [f"pe={pe or cfg.pe}{_options_text(cfg.pe_options)}"]
+    if cfg.layer_pe:
+        parts.append(f"layer-pe={','.join(cfg.layer_pe)}")
+    if cfg.logit_scale != "none":
+        parts.append(f"logit-scale={cfg.logit_scale}{_options_text(cfg.logit_scale_options)}")
+    if cfg.key_norm:
+        parts.append("key-norm")
+    return "  ".join(parts)
+
+
 def run_config_from_dict(cls, d: dict, where: str | None = None, foreign: dict[str, str] | None = None,
                          unknown_hint: str = ""):
     """A run config `cls` (TrainConfig, LMConfig, MLMConfig: a dataclass with a `model` field) from

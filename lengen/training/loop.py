@@ -17,6 +17,7 @@ from lengen import io
 from lengen.devices import precision_context, resolve_device, restore_rng_state, rng_state, to_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError, reason
+from lengen.models.config import model_label
 from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.training import deadline
@@ -219,8 +220,9 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
                                cfg.eval_tokens, progress=bar)
     bar.close()
     record = {
-        "task": cfg.task, "model": cfg.model.architecture, "pe": cfg.model.pe, "positions": cfg.positions,
-        "test_positions": parts.test_mode, "train_length": cfg.train_length, "max_length": max_length,
+        "task": cfg.task, "model": cfg.model.architecture, "pe": cfg.model.pe, "label": model_label(cfg.model),
+        "positions": cfg.positions, "test_positions": parts.test_mode, "train_length": cfg.train_length,
+        "max_length": max_length,
         "eval_samples": samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,
         "steps": cfg.steps, "config_digest": config_digest(cfg),
         "score": score(acc, cfg.train_length),
@@ -235,7 +237,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
         record["train_seconds"] = train_seconds
     if group_size is not None:
         record["group_size"] = group_size
-    plot_accuracy({f"{cfg.model.pe} / {cfg.positions} (test: {parts.test_mode})": acc}, cfg.train_length,
+    plot_accuracy({f"{model_label(cfg.model)} / {cfg.positions} (test: {parts.test_mode})": acc}, cfg.train_length,
                   run.file(f"accuracy{suffix}.png"), title=cfg.task)
     io.write_json(run.file(f"eval{suffix}.json"), record)
     return record
