@@ -10,6 +10,8 @@ import os
 import pytest
 import torch
 
+from lengen.cli import build_parser, handler, handlers
+
 # Ray in the tests (a local instance, a two-node cluster) stays on the loopback address: set before
 # any test imports Ray, which reads it once; the processes the tests start inherit it
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -23,6 +25,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def command_handlers():
+    """Every command's handler module, imported before any test runs. `lengen` imports a handler
+    when its command first runs; in a test session that could be inside a test that monkeypatches
+    a library function the handler imports by name (`from lengen.training.loop import train`),
+    which would then stay bound there for the tests after it."""
+    for name in handlers(build_parser()).values():
+        handler(name)
 
 
 @pytest.fixture

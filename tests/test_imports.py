@@ -2,7 +2,6 @@
 or slow dependency (Ray, transformers with lengen.hf, matplotlib), and the command line starts
 without any of them."""
 
-import argparse
 import ast
 import subprocess
 import sys
@@ -114,18 +113,10 @@ def test_every_command_names_a_handler_in_the_command_line_layer():
     """A parser names its handler as "lengen.cli.MODULE:FUNCTION" (lengen.cli.handler imports it
     after parsing): each one exists, and lives in lengen.cli beside the parsers, not in a library
     layer, so the handler module's own imports show what the command depends on."""
-    from lengen.cli import build_parser, handler
+    from lengen.cli import build_parser, handler, handlers
 
-    def handlers(parser, prefix=""):
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    yield prefix + name, sub.get_default("func")
-                    yield from handlers(sub, prefix + name + " ")
-
-    found = dict(handlers(build_parser()))
-    named = {name: func for name, func in found.items() if isinstance(func, str)}
-    assert len(named) >= 20, found
+    named = handlers(build_parser())
+    assert len(named) >= 20 and named[("hf", "tune")] == "lengen.cli.hf_tune:run_tune", named
     for name, func in named.items():
         module = func.partition(":")[0]
         assert module.startswith("lengen.cli.") and not module.startswith("lengen.cli.parsers"), (name, func)

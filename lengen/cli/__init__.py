@@ -61,16 +61,28 @@ def handler(name: str):
     return getattr(importlib.import_module(module), function)
 
 
-def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every command and subcommand of `parser`, as argv prefixes (("train",), ("sweep", "run"), ...),
-    in the order the help lists them: what the help tests and benchmarks/cli_help.py walk."""
-    found = []
+def commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every command and subcommand of `parser` by its argv prefix (("train",), ("sweep", "run"), ...),
+    in the order the help lists them."""
+    found = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                found.append(prefix + (name,))
-                found += command_paths(sub, prefix + (name,))
+                found[prefix + (name,)] = sub
+                found.update(commands(sub, prefix + (name,)))
     return found
+
+
+def command_paths(parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
+    """The argv prefix of every command and subcommand: what the help tests and
+    benchmarks/cli_help.py walk."""
+    return list(commands(parser))
+
+
+def handlers(parser: argparse.ArgumentParser) -> dict[tuple[str, ...], str]:
+    """The "module:function" each command names (a group's own help printer is not one)."""
+    named = {path: sub.get_default("func") for path, sub in commands(parser).items()}
+    return {path: func for path, func in named.items() if isinstance(func, str)}
 
 
 def check_finite_flags(args) -> None:
