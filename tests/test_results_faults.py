@@ -134,6 +134,27 @@ def test_a_damaged_sweep_run_is_named_and_evaluated_again_to_the_uninterrupted_t
     assert (runs[0] / "metrics.jsonl").read_bytes() == (ref / "runs" / runs[0].name / "metrics.jsonl").read_bytes()
 
 
+def test_a_sweep_run_holding_another_runs_config_and_results_is_named_and_refused_untouched(sweeps, tmp_path, capsys):
+    spec, ref = sweeps["train"]
+    out = tmp_path / "che"
+    shutil.copytree(ref, out)
+    first, second = sorted((out / "runs").iterdir())
+    seeds = [json.loads((run / "config.json").read_text())["seed"] for run in (first, second)]
+    for name in ("config.json", "eval.json"):   # a consistent pair: only the sweep's own config tells
+        shutil.copyfile(second / name, first / name)
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    capsys.readouterr()
+    assert main(["sweep", "status", str(out)]) == 0
+    assert f"{first / 'config.json'} is another run's (its settings digest differs)" in capsys.readouterr().out
+    # the run's checkpoint is not this config's: a failure naming the folder, the other run kept
+    assert main(["sweep", "run", str(spec), "--out", str(out), "--device", "cpu", "--workers", "1",
+                 "--no-progress"]) == 1
+    said = capsys.readouterr().out
+    assert f"run {first.name} failed" in said and f"holds another config (seed: {seeds[1]} -> {seeds[0]})" in said, said
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    assert [r["run_id"] for r in read_csv(out / "results.csv")] == [second.name]
+
+
 def test_status_and_report_count_a_damaged_run_alike_and_name_it(sweeps, tmp_path, capsys):
     spec, ref = sweeps["train"]
     out = tmp_path / "che"

@@ -51,7 +51,8 @@ def load_sweep(path) -> SweepData:
         runs = expand(spec)
     except LengenError as e:
         raise LengenError(f"{path}: its sweep no longer expands with this lengen ({e})") from None
-    sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
+    sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation,
+                     {r.run_id: r.config for r in runs})
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
     if is_export(path):
         rows, by_length = _exported(sweep.path, spec, runs, writer)

@@ -145,7 +145,8 @@ def export_sweep(sweep_path, out) -> dict:
             if e_spec.kind is spec.kind and {r.run_id for r in runs} <= {r.run_id for r in e_runs}:
                 index, spec_text, spec, runs = e_index, e_text, e_spec, e_runs
             known = {rid: (row, values.get(rid, [])) for rid, row in rows.items()}
-    sweep = SweepDir(sweep_path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
+    sweep = SweepDir(sweep_path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation,
+                     {r.run_id: r.config for r in runs})
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation, known)
 
     out.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,8 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     the whole file, the folder, the device (or the Ray cluster), another runner on the folder."""
     opts.validate()
     runs = expand(spec)  # every problem of the file, before anything is written
-    sweep = SweepDir(out, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
+    sweep = SweepDir(out, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation,
+                     {r.run_id: r.config for r in runs})
     sweep.check_writable()
     io.check_writable(sweep.path, "choose another --out (a finished sweep can be read where it is: "
                       "`lengen sweep status`, `lengen report --out ELSEWHERE`)")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lengen.errors import LengenError
-from lengen.sweeps.spec import parse_spec
+from lengen.sweeps.spec import expand, parse_spec
 from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 
@@ -17,9 +17,14 @@ def sweep_status(path) -> dict:
     index = SweepDir(path).read_index()
     try:
         spec = parse_spec(index["spec"], where=str(path))
-        sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation)
     except LengenError:  # a file this lengen no longer reads: CHE's done file
         sweep = SweepDir(path)
+    else:
+        try:  # each run's results are checked against its config in the sweep (as `report` does)
+            configs = {r.run_id: r.config for r in expand(spec)}
+        except LengenError:  # runs that no longer build here: against their own config.json
+            configs = None
+        sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation, configs)
     counts = {s: 0 for s in STATES}
     failed, running, damaged, resumable = [], [], [], 0
     for run in index["runs"]:

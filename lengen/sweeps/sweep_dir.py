@@ -42,12 +42,14 @@ class SweepDir:
     INDEX = "sweep.json"
     RUNNER = "runner.lock"
 
-    def __init__(self, path: str | Path, done_file: str = "eval.json", kind=None, evaluation: dict | None = None):
+    def __init__(self, path: str | Path, done_file: str = "eval.json", kind=None, evaluation: dict | None = None,
+                 configs: dict | None = None):
         """`kind` (lengen.sweeps.kinds) and the sweep's `evaluation`: done files are read back
-        and checked (`damage`); without them, a done file counts by being there."""
+        and checked (`damage`) against `configs` (run id -> the sweep's config of the run; else a
+        run's own config.json); without a kind, a done file counts by being there."""
         self.path = Path(path)
         self.done_file = done_file
-        self.kind, self.evaluation = kind, evaluation
+        self.kind, self.evaluation, self.configs = kind, evaluation, configs or {}
         self._damage: dict[str, tuple] = {}
 
     def run_path(self, run_id: str) -> Path:
@@ -183,7 +185,7 @@ class SweepDir:
             return None
         if self._damage.get(run_id, (None,))[0] != stamp:  # read back once per version of the file
             self._damage[run_id] = (stamp, self.kind.done_problem(self.run_path(run_id), self.done_file,
-                                                                  self.evaluation))
+                                                                  self.evaluation, self.configs.get(run_id)))
         return self._damage[run_id][1]
 
     def is_done(self, run_id: str) -> bool:

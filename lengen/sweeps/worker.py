@@ -35,6 +35,13 @@ def job(spec, runs) -> dict:
             "eval": spec.evaluation, "done_file": spec.kind.done_file(spec.evaluation)}
 
 
+def _sweep_dir(sweep_path: str, job: dict) -> SweepDir:
+    """The sweep folder as a worker sees it: a done file counts when it is its run's (SweepDir.damage)."""
+    kind = KINDS[job["kind"]]
+    return SweepDir(sweep_path, job["done_file"], kind, job["eval"],
+                    {r["run_id"]: kind.config_from_dict(r["config"]) for r in job["runs"]})
+
+
 def run_job(sweep_path: str, job: dict, device: str) -> list[dict]:
     """Execute a job (one run or a group) on `device`; one result per run. Past the job's
     `stop_at` (`--time-limit`) nothing starts, and training in progress checkpoints and stops:
@@ -50,7 +57,7 @@ def run_job(sweep_path: str, job: dict, device: str) -> list[dict]:
 def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
     """Train and evaluate run `run_id` of the sweep in `sweep_path` on `device`. Returns
     {"run_id", "status": done | failed | stopped | busy | skipped, "error"?, "seconds"}."""
-    sweep = SweepDir(sweep_path, job["done_file"], KINDS[job["kind"]], job["eval"])
+    sweep = _sweep_dir(sweep_path, job)
     lock = RunLock(sweep.state_file(run_id, "lock"))
     if not lock.acquire():
         return {"run_id": run_id, "status": "busy", "seconds": 0.0}  # another sweep process runs it
@@ -66,7 +73,7 @@ def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
 def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
     """Train the runs of `job` together (lengen.training.group.train_group): the members this
     process can lock and that are not done; each keeps its own run directory, log and outcome."""
-    sweep = SweepDir(sweep_path, job["done_file"], KINDS[job["kind"]], job["eval"])
+    sweep = _sweep_dir(sweep_path, job)
     results, members, locks = [], [], []
     for r in job["runs"]:
         lock = RunLock(sweep.state_file(r["run_id"], "lock"))

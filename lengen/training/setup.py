@@ -47,10 +47,17 @@ def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
         )
 
 
+def settle(cfg: TrainConfig) -> TrainConfig:
+    """Fill in what a run derives from its config (the model's training length in tokens), in
+    place, as build_run does before config.json is written; returns `cfg`."""
+    cfg.model.train_tokens = cfg.model.train_tokens or total_length(get_task(cfg.task), cfg.train_length)
+    return cfg
+
+
 def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | None = None) -> RunParts:
     cfg.validate()
+    settle(cfg)
     task = get_task(cfg.task)
-    cfg.model.train_tokens = cfg.model.train_tokens or total_length(task, cfg.train_length)
     try:
         sampler = build_sampler(cfg.positions, max_position=cfg.model.max_position, **cfg.position_options)
     except TypeError as e:

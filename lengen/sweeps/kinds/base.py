@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lengen import io
 from lengen.errors import LengenError
-from lengen.training.run_dir import RunDir, record_mismatch
+from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 
 #: what reading a results record back can raise when the file is not whole or not what it should be
 _NOT_WHOLE = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError)
@@ -81,14 +81,25 @@ class SweepKind:
         of run `cfg` (field -> value, lengen.training.run_dir.record_mismatch)."""
         raise NotImplementedError
 
-    def done_problem(self, path: Path, done_file: str, evaluation: dict | None) -> str | None:
-        """Why the results of the run in `path`, whose done file is there, cannot be counted: its
-        config.json, or a file its results are read from, damaged (not whole, fields missing) or
-        another run's or another evaluation's; None when they can. One line naming the file."""
+    def settled(self, cfg):
+        """`cfg` as its run directory records it: what a run fills in from the rest (a copy)."""
+        return copy.deepcopy(cfg)
+
+    def done_problem(self, path: Path, done_file: str, evaluation: dict | None, cfg=None) -> str | None:
+        """Why the results of the run in `path` (of config `cfg`, the sweep's; default: its own
+        config.json), whose done file is there, cannot be counted: its config.json, or a file its
+        results are read from, damaged (not whole, fields missing) or another run's or another
+        evaluation's; None when they can. One line naming the file."""
+        config = Path(path) / RunDir.CONFIG
         try:
-            cfg = self.config_from_dict(RunDir(path).read_config())
+            saved = self.config_from_dict(RunDir(path).read_config())
         except LengenError as e:
             return str(e).split(";")[0]
+        except _NOT_WHOLE as e:
+            return f"{config} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+        cfg = saved if cfg is None else self.settled(cfg)
+        if config_digest(saved) != config_digest(cfg):
+            return f"{config} is another run's (its settings digest differs)"
         for name, expected in self.records(cfg, done_file, evaluation).items():
             why = record_problem(Path(path) / name, expected)
             if why is not None:

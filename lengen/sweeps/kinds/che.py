@@ -9,7 +9,7 @@ from lengen.sweeps.kinds.base import SweepKind
 from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
 from lengen.training import loop
 from lengen.training.options import coerce_option, config_from_options, option_values
-from lengen.training.setup import build_run
+from lengen.training.setup import build_run, settle
 
 
 class CHEKind(SweepKind):
@@ -61,6 +61,9 @@ class CHEKind(SweepKind):
         # a damaged or foreign eval.json is named by `sweep run` (SweepDir.damage), then evaluated again here
         record = loop.train(cfg, path, progress=False, on_log=on_log, note=None)
         return f"score {record.get('score')}"
+
+    def settled(self, cfg):
+        return settle(copy.deepcopy(cfg))
 
     def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
         return {done_file: loop.expected_eval(cfg)}
