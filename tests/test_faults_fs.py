@@ -9,8 +9,10 @@ Where mounting is not allowed they are skipped (failed under CI)."""
 import json
 import math
 import os
+import pkgutil
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,13 @@ def no_work(monkeypatch, target: str) -> None:
     def work(*args, **kwargs):
         pytest.fail(f"{target} ran before the refusal")
 
+    original = pkgutil.resolve_name(target)
     monkeypatch.setattr(target, work)
+    # a command's handler that imported the name holds its own reference: replace that one too
+    attr = target.rsplit(".", 1)[1]
+    for name, module in list(sys.modules.items()):
+        if name.startswith("lengen.") and getattr(module, attr, None) is original:
+            monkeypatch.setattr(module, attr, work)
 
 
 def _mount(target: Path, options: str) -> None:
@@ -206,7 +214,8 @@ def test_lm_and_mlm_eval_of_a_read_only_run_are_refused_before_loading(kind, ext
 
 
 def test_hf_eval_into_a_read_only_out_is_refused_before_loading(tmp_path, ro, monkeypatch, capsys):
-    (tmp_path / "model").mkdir()  # the folder check passes; loading it would fail, but must not start
+    (tmp_path / "model").mkdir()  # the folder checks pass; loading it would fail, but must not start
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 64}')
     no_work(monkeypatch, "lengen.hf.evaluate.run")
     assert main(["hf", "eval", str(tmp_path / "model"), "--lengths", "64", "--out", str(ro / "hf"),
                  "--no-progress"]) == 2
