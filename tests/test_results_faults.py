@@ -155,7 +155,7 @@ def test_a_sweep_run_holding_another_runs_config_and_results_is_named_and_refuse
     assert [r["run_id"] for r in read_csv(out / "results.csv")] == [second.name]
 
 
-def test_status_and_report_count_a_damaged_run_alike_and_name_it(sweeps, tmp_path, capsys):
+def test_status_report_and_export_count_a_damaged_run_alike_and_name_it(sweeps, tmp_path, capsys):
     spec, ref = sweeps["train"]
     out = tmp_path / "che"
     shutil.copytree(ref, out)
@@ -169,6 +169,9 @@ def test_status_and_report_count_a_damaged_run_alike_and_name_it(sweeps, tmp_pat
     report = capsys.readouterr().out
     assert "1 of 2 runs finished" in report
     assert f"not counted: run {first.name}: {first / 'eval.json'} is damaged" in report, report
+    assert main(["sweep", "export", str(out), "--out", str(tmp_path / "export")]) == 0
+    said = capsys.readouterr().out
+    assert "1 of 2 runs finished" in said and f"not exported: run {first.name}: {first / 'eval.json'} is damaged" in said
 
 
 def test_a_damaged_results_table_is_rebuilt_from_the_runs(sweeps, tmp_path, capsys):

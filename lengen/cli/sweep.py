@@ -110,6 +110,8 @@ def export(args) -> int:
     print(f"sweep {made['sweep']}: {made['finished']} of {made['planned']} runs finished, exported to {args.out}")
     if made["finished"] < made["planned"]:
         print(f"  {made['planned'] - made['finished']} runs are unfinished: a report of this export marks their cells")
+    for rid, why in made["damaged"].items():
+        print(f"  not exported: run {rid}: {why}; `lengen sweep run` evaluates it again")
     return 0
 
 

@@ -124,7 +124,9 @@ def _earlier(out: Path):
 
 def export_sweep(sweep_path, out) -> dict:
     """Write the export of the sweep in `sweep_path` into folder `out`. Returns name, planned,
-    finished. Refuses (LengenError) an `out` that is a sweep folder or the sweep itself."""
+    finished, and `damaged`: run id -> why its results were not read back (SweepDir.damage), for
+    the runs left out for it. Refuses (LengenError) an `out` that is a sweep folder or the sweep
+    itself."""
     sweep_path, out = Path(sweep_path), Path(out)
     if not (sweep_path / SweepDir.INDEX).is_file():
         raise LengenError(f"{sweep_path} is not a lengen sweep folder (no {SweepDir.INDEX}); "
@@ -165,4 +167,6 @@ def export_sweep(sweep_path, out) -> dict:
     made = {"sweep": spec.name, "kind": spec.command, "planned": len(runs), "finished": finished,
             "rows": {name: len(_rows(out / name)) - 1 for name in (*spec.kind.tables, ENVIRONMENT)}}
     io.write_json(out / MARKER, made)   # last: a folder with it is a whole export
-    return made
+    # runs whose results could not be read back are left out, not silently: the caller names them
+    return {**made, "damaged": {r.run_id: why for r in runs
+                                if r.run_id not in known and (why := sweep.damage(r.run_id)) is not None}}
