@@ -15,6 +15,7 @@ seed gives the same initial weights on every device) and then moved.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 
 import torch
@@ -98,3 +99,19 @@ def to_device(device: torch.device, *tensors: torch.Tensor):
         return tensors
     return tuple(t.to(device, non_blocking=True) for t in tensors)
 
+
+
+def available_memory() -> int | None:
+    """Bytes of main memory the system can give a new allocation now (Linux's MemAvailable: free
+    plus reclaimable cache), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -12,9 +12,12 @@ from lengen.arith.config import ArithConfig, split_pe
 from lengen.cli import main
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError, did_you_mean, reason
+from lengen.inspect import check_memory
 from lengen.models.config import ModelConfig, model_label
 from lengen.options import parse_key_values
 from lengen.registry import Registry
+from lengen.tasks import get_task
+from lengen.training.config import TrainConfig
 
 TINY = ["--layers", "1", "--heads", "2", "--d-model", "16", "--d-ff", "32", "--device", "cpu", "--no-progress"]
 
@@ -234,3 +237,27 @@ def test_a_layer_pattern_run_is_labelled_by_it_in_the_summary_eval_json_and_insp
     monkeypatch.setattr(lengen.inspect, "plot_attention", lambda maps, n, path, title, caption: titles.append(title))
     assert main(["inspect", str(run), "--attention"]) == 0
     assert len(titles) == 2 and all(t.startswith(f"reverse_string  {label}  positions=") for t in titles), titles
+
+
+# -- inspect's memory ----------------------------------------------------------------------------
+def test_inspect_refuses_a_length_whose_maps_do_not_fit_before_any_work(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    assert main(["train", *CHE_TINY, "--steps", "1", "--max-position", "300000", "--out", str(run)]) == 0
+    monkeypatch.setattr(lengen.inspect, "available_memory", lambda: 10**9)
+    capsys.readouterr()
+    assert main(["inspect", str(run), "--attention", "--length", "100000"]) == 2
+    err = capsys.readouterr().err
+    # by hand: reverse_string's L input tokens and L answer slots; float32 maps of 1 layer x 2 heads,
+    # 2 summaries per layer and 20 while drawing
+    tokens = 2 * 100000
+    need = 4 * tokens**2 * (1 * 2 + 2 * 1 + 20)
+    largest = int((10**9 / (4 * 24)) ** 0.5) // 2
+    assert err.strip() == (f"lengen: error: --length 100000 needs about {need / 1e9:,.1f} GB of memory for the "
+                           f"attention maps ({tokens:,} tokens), 1.0 GB are available; the largest length "
+                           f"that fits is {largest}"), err
+    assert not list(run.glob("inspect_*"))
+    cfg, task = TrainConfig.from_dict(json.loads((run / "config.json").read_text())), get_task("reverse_string")
+    check_memory(cfg, task, largest, True, False, 1, 10**9)   # the boundary: the largest passes
+    with pytest.raises(LengenError):
+        check_memory(cfg, task, largest + 1, True, False, 1, 10**9)
+    check_memory(cfg, task, 100000, True, False, 1, None)     # memory unknown: no refusal

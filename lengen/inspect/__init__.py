@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from lengen import io
-from lengen.devices import resolve_device
+from lengen.devices import available_memory, resolve_device
+from lengen.encodings import ENCODINGS
+from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
 from lengen.inspect.activations import PCA, block_outputs, fit_pca
 from lengen.inspect.attention import attention_maps, attention_modules, head_summaries
@@ -75,6 +77,53 @@ def open_run(run_dir, length: int | None = None, device: str | None = None) -> I
     return Inspection(run=run, cfg=cfg, parts=parts, device=dev, length=length)
 
 
+#: float32 T x T maps the attention figures hold at their peak, beyond the maps themselves
+#: (layers x heads): one per layer for the two head summaries, and ~20 while matplotlib draws
+#: (float64 and RGBA copies). Fitted to peak RSS of `lengen inspect --attention` on the CPU
+#: (T = 2000-4000; 1-4 layers, 1-4 heads: 24-30 maps measured, this gives 26-30).
+PER_LAYER_MAPS, DRAWING_MAPS = 2, 20
+
+
+def memory_estimate(cfg: TrainConfig, tokens: int, attention: bool, activations: bool, samples: int) -> int:
+    """Bytes `inspect_run` needs at `tokens` tokens a sequence (the longer length's): the
+    attention maps of every layer and head, T x T float32, and what drawing them copies; the
+    block outputs of `samples` sequences for the PCA (float32, its float64 copy and projection),
+    and the feed-forward's activations of one block; an encoding with an additive bias adds its
+    [heads, T, T] bias twice (measured: ALiBi), one that computes it from q and k (CoPE) twice per
+    sequence. The fused kernel itself keeps no T x T matrix (measured: RoPE, T = 16,000)."""
+    m = cfg.model
+    need = 0
+    if attention:
+        need += 4 * tokens**2 * (m.num_layers * m.num_heads + PER_LAYER_MAPS * m.num_layers + DRAWING_MAPS)
+    if activations:
+        need += samples * tokens * (m.num_layers * m.d_model * (4 + 8 + 8) + 4 * m.d_ff)
+        encodings = [ENCODINGS.get(name) for name in dict.fromkeys(m.layer_pe or [m.pe])]
+        if any(e.qk_bias is not PositionalEncoding.qk_bias for e in encodings):
+            need += 2 * 4 * samples * m.num_heads * tokens**2
+        elif any(e.bias is not PositionalEncoding.bias for e in encodings):
+            need += 2 * 4 * m.num_heads * tokens**2
+    return need
+
+
+def check_memory(cfg: TrainConfig, task, length: int, attention: bool, activations: bool, samples: int,
+                 available: int | None) -> None:
+    """LengenError when the estimate at `length` exceeds `available` bytes (None: unknown, no
+    check): the length, the estimate, and the largest length whose estimate fits."""
+    def need(n: int) -> int:
+        return memory_estimate(cfg, total_length(task, n), attention, activations, samples)
+
+    if available is None or need(length) <= available:
+        return
+    lo, hi = 0, length  # need(lo) fits (0: nothing), need(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(mid) <= available else (lo, mid)
+    fits = f"the largest length that fits is {lo}" if lo >= 1 else "no length fits"
+    raise LengenError(f"--length {length} needs about {need(length) / 1e9:,.1f} GB of memory for "
+                      f"{' and '.join(w for w, on in (('the attention maps', attention), ('the activations', activations)) if on)} "
+                      f"({total_length(task, length):,} tokens), {available / 1e9:,.1f} GB are available; {fits}")
+
+
 def activation_pca(insp: Inspection, samples: int = 32, seed: int = 0) -> list[dict]:
     """Per layer: the PCA (`pca`) fitted on the block outputs at the training length N (every token
     of `samples` sequences), the projections `train` [samples * T_N, 2] and `long`
@@ -123,6 +172,7 @@ def inspect_run(run_dir, attention: bool = True, activations: bool = True, lengt
         io.check_writable(out_dir)
     insp = open_run(run_dir, length=length, device=device)
     cfg, N, L = insp.cfg, insp.cfg.train_length, insp.length
+    check_memory(cfg, insp.parts.task, L, attention, activations, samples, available_memory())
     caption = "$ " + command_line(run_dir, attention, activations, L, seed, samples, out, device)
     about = f"{cfg.task}  {model_label(cfg.model)}  positions={cfg.positions} (test: {insp.parts.test_mode})"
     written = []
