@@ -35,3 +35,9 @@ def format_table(headers: list[str], rows: list[list], floatfmt: str = "{:.3f}")
     line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(headers), sep, *(line(r) for r in cells)])
+
+
+def quoted_list(names) -> str:
+    """Names for a message, each quoted and joined by " | ": labels hold commas ("rope, lr=0.001"),
+    so a comma-joined list would not say where one ends."""
+    return " | ".join(repr(str(name)) for name in names)

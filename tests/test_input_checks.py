@@ -3,6 +3,7 @@ anything is written, named as the user typed it; the one did-you-mean; a zero-st
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from lengen.inspect import check_memory
 from lengen.models.config import ModelConfig, model_label
 from lengen.options import parse_key_values
 from lengen.registry import Registry
+from lengen.reports.compare import resolve_variant
 from lengen.tasks import get_task
 from lengen.training.config import TrainConfig
 
@@ -261,3 +263,39 @@ def test_inspect_refuses_a_length_whose_maps_do_not_fit_before_any_work(tmp_path
     with pytest.raises(LengenError):
         check_memory(cfg, task, largest + 1, True, False, 1, 10**9)
     check_memory(cfg, task, 100000, True, False, 1, None)     # memory unknown: no refusal
+
+
+# -- report --compare: the sweep file's variant names, labels with commas ---------------------------
+def test_compare_takes_the_sweep_files_variant_names_and_quotes_labels(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({
+        "name": "v", "grid": {"task": ["parity_check"], "seed": [0, 1]},
+        "fixed": {"steps": 4, "batch_size": 4, "train_length": 3, "max_length": 4, "eval_samples": 4, "heads": 2,
+                  "d_model": 8, "d_ff": 16, "checkpoint_every": 4, "log_every": 2, "pe": "rope"},
+        "variants": {"plain": {"layers": 2}, "mixed": {"layers": 2, "layer_pe": "rope,none"},
+                     "alibi": {"layers": 1, "pe": "alibi"}}}))
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", "run", str(spec), "--out", str(sweep), "--workers", "1", "--device", "cpu",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    # the file's names stand for the labels the tables use: mixed -> "rope, layers=2, RoPE/NoPE 1:1"
+    assert main(["report", str(sweep), "--compare", "mixed", "plain"]) == 0
+    by_name = capsys.readouterr().out
+    assert main(["report", str(sweep), "--compare", "rope, layers=2, RoPE/NoPE 1:1", "rope, layers=2"]) == 0
+    assert capsys.readouterr().out == by_name and "| rope, layers=2, RoPE/NoPE 1:1 - rope, layers=2 |" in by_name
+    assert main(["report", str(sweep), "--versus", "plain"]) == 0
+    assert main(["report", str(sweep), "--compare", "mixed", "nothing"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("its variants: 'rope, layers=2' | 'rope, layers=2, RoPE/NoPE 1:1' | "
+                                     "'alibi, layers=1'") in err, err
+
+
+def test_a_file_variant_crossed_with_the_grid_asks_for_one_label():
+    runs = pd.DataFrame({"variant": ["rope, lr=0.1", "alibi, lr=0.1"], "variant_order": [(0, 0), (0, 1)]})
+    named = {"fast": ["rope, lr=0.1", "alibi, lr=0.1"], "one": ["rope, lr=0.1"]}
+    assert resolve_variant(runs, "one", "--compare", named) == "rope, lr=0.1"
+    assert resolve_variant(runs, "alibi, lr=0.1", "--compare", named) == "alibi, lr=0.1"
+    with pytest.raises(LengenError) as e:
+        resolve_variant(runs, "fast", "--compare", named)
+    assert str(e.value) == ("--compare: the sweep file's variant 'fast' has runs under 2 labels (it is crossed "
+                            "with the grid): give one of 'rope, lr=0.1' | 'alibi, lr=0.1'")

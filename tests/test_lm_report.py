@@ -336,7 +336,7 @@ def test_versus_on_accuracy_higher_wins_and_an_unknown_base_is_named():
     t = lm_versus(hand_runs(), acc, "accuracy", "RoPE").set_index(["variant", "length"])
     assert t.loc[("FIRE", 256), "difference"] == pytest.approx((0.7 + 0.69) / 2)
     assert (t.loc[("FIRE", 256), "wins"], t.loc[("FIRE", 256), "verdict"]) == (2, "wins")
-    with pytest.raises(LengenError, match="no variant 'rope' in this sweep; its variants: RoPE, RoPE \\+ pi"):
+    with pytest.raises(LengenError, match="no variant 'rope' in this sweep; its variants: 'RoPE' \\| 'RoPE \\+ pi"):
         lm_versus(hand_runs(), hand_values(), "ppl", "rope")
 
 

@@ -65,7 +65,7 @@ def test_versus_pairs_rows_by_seed_at_each_length():
     assert t.loc[(row_name("randomized", "random", False), 64), "difference"] == 0.0   # equal at 64
     md = versus_markdown(t.reset_index())
     assert md.splitlines()[0] == "| row | acc@64 | acc@512 |"
-    with pytest.raises(LengenError, match="no row 'std' in this masked-LM sweep; its rows: standard; test standard"):
+    with pytest.raises(LengenError, match="no row 'std' in this masked-LM sweep; its rows: 'standard; test standard; log-n off' \\| "):
         mlm_versus(hand_runs(), hand_values(), "std")
 
 

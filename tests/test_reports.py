@@ -320,7 +320,7 @@ def test_compare_on_a_sweep_folder(report, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["r_alibi", "alibi_x"], "no variant 'alibi_x' in this sweep; its variants: rope, alibi, r_rope, r_alibi"),
+    (["r_alibi", "alibi_x"], "no variant 'alibi_x' in this sweep; its variants: 'rope' | 'alibi' | 'r_rope' | 'r_alibi'"),
     (["rope", "rope"], "two different variants"),
 ])
 def test_compare_refuses_unknown_or_equal_variants(report, capsys, args, message):

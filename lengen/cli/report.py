@@ -7,8 +7,8 @@ from pathlib import Path
 from lengen import reports  # build_report by attribute: a test can stand in for it
 from lengen.errors import LengenError
 from lengen.io import check_writable
-from lengen.reports.che import variant_runs
-from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown
+from lengen.reports.che import file_variant_labels, variant_runs
+from lengen.reports.compare import compare_variants, comparison_markdown, resolve_variant, versus, versus_markdown
 from lengen.reports.lm_compare import lm_versus_text
 from lengen.reports.mlm_compare import mlm_versus_text
 from lengen.sweeps.kinds.lm import metric_of, protocol_of
@@ -56,7 +56,10 @@ def _compare(sweep_dir, command: str, a: str, b: str | None = None) -> int:
         return 0
     if command != "train":
         raise LengenError(f"{flag} applies to CHE, language-model and masked-LM sweeps, not `command: {command}`")
-    runs = variant_runs(reports.load_sweep(sweep_dir))
+    data = reports.load_sweep(sweep_dir)
+    runs = variant_runs(data)
+    named = file_variant_labels(data, runs)   # the sweep file's variant names stand for their labels
+    a, b = (resolve_variant(runs, v, flag, named) if v is not None else None for v in (a, b))
     if b:
         print(comparison_markdown(compare_variants(runs, a, b), a, b))
     else:

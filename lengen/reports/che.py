@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from lengen import io
 from lengen.reports import aggregate as agg
@@ -17,6 +18,7 @@ from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position
 from lengen.reports.load import SweepData
 from lengen.reports.render import html_table, markdown, markdown_rows, simple_markdown
+from lengen.sweeps.spec import VARIANT, expand, parse_spec
 
 STYLE = page.style("td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}",
                    "tr.average td{border-top:2px solid #333}")
@@ -94,6 +96,20 @@ def comparison_text(cmp: dict) -> str:
                                                    or "none") + "; paper " +
                  (", ".join(f"{t} ({', '.join(c)})" for t, c in solved_p.items()) or "none") + ".")
     return "\n".join(lines) + "\n"
+
+
+def file_variant_labels(data: SweepData, runs: pd.DataFrame) -> dict[str, list[str]]:
+    """The sweep file's `variants:` names, each with the labels (`variant_runs`) of its runs, in
+    table order: `--compare` takes either."""
+    if not data.spec_text:   # a folder without its file: the labels alone
+        return {}
+    spec = parse_spec(yaml.safe_load(data.spec_text), where=str(data.path))
+    name_of = {r.run_id: r.point.get(VARIANT) for r in expand(spec)}
+    named: dict[str, list[str]] = {}
+    for rid, label in zip(runs["run_id"], runs["variant"]):
+        if name_of.get(rid) is not None and label not in named.setdefault(name_of[rid], []):
+            named[name_of[rid]].append(label)
+    return named
 
 
 def variant_runs(data: SweepData) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from lengen.errors import LengenError
+from lengen.formats import quoted_list
 from lengen.reports.aggregate import ordered_tasks, ordered_variants
 from lengen.reports.stats import paired
 
@@ -29,7 +30,20 @@ def _scores(runs: pd.DataFrame, variant: str) -> dict:
 def _check_known(runs: pd.DataFrame, name: str, flag: str) -> None:
     known = ordered_variants(runs)
     if name not in known:
-        raise LengenError(f"{flag}: no variant {name!r} in this sweep; its variants: {', '.join(known)}")
+        raise LengenError(f"{flag}: no variant {name!r} in this sweep; its variants: {quoted_list(known)}")
+
+
+def resolve_variant(runs: pd.DataFrame, name: str, flag: str, named: dict[str, list[str]] | None = None) -> str:
+    """The variant label `name` means: a label of `runs` as given, or a sweep file's `variants:`
+    name (`named`: name -> the labels of its runs) that stands for exactly one label."""
+    if name in set(runs["variant"]) or not named or name not in named:
+        _check_known(runs, name, flag)
+        return name
+    labels = named[name]
+    if len(labels) != 1:
+        raise LengenError(f"{flag}: the sweep file's variant {name!r} has runs under {len(labels)} labels "
+                          f"(it is crossed with the grid): give one of {quoted_list(labels)}")
+    return labels[0]
 
 
 def compare_variants(runs: pd.DataFrame, a: str, b: str) -> pd.DataFrame:

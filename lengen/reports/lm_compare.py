@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.errors import LengenError
+from lengen.formats import quoted_list
 from lengen.reports import lm_aggregate as lm
 from lengen.reports.lm import prepared
 from lengen.reports.render import markdown_rows, md_escape
@@ -48,7 +49,7 @@ def lm_versus(runs: pd.DataFrame, values: pd.DataFrame, metric: str, base: str) 
     lv = lm.long_values(runs, values, metric)
     known = list(lm.variants(runs, values)["variant"])
     if base not in known:
-        raise LengenError(f"--versus: no variant {base!r} in this sweep; its variants: {', '.join(known)}")
+        raise LengenError(f"--versus: no variant {base!r} in this sweep; its variants: {quoted_list(known)}")
     sign = -1.0 if metric == "ppl" else 1.0      # a win: lower perplexity, higher accuracy
     lengths = sorted(int(x) for x in lv["length"].unique())
     groups = lm.add_groups(runs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lengen.errors import LengenError
+from lengen.formats import quoted_list
 from lengen.reports import mlm
 from lengen.reports.render import markdown_rows, md_escape
 from lengen.reports.stats import Paired, paired
@@ -42,7 +43,7 @@ def _check(lv: pd.DataFrame, *rows: str) -> None:
     known = list(dict.fromkeys(lv["row"]))
     for r in rows:
         if r not in known:
-            raise LengenError(f"no row {r!r} in this masked-LM sweep; its rows: " + ", ".join(known))
+            raise LengenError(f"no row {r!r} in this masked-LM sweep; its rows: " + quoted_list(known))
 
 
 def _record(name: str, length: int, p: Paired) -> dict:
