@@ -107,10 +107,14 @@ def test_a_sweep_past_its_time_limit_exits_3_and_the_rerun_gives_the_uninterrupt
         passes_after(m, 31)
         assert main([*args, "--out", out, "--time-limit", "25"]) == 3
     printed = capsys.readouterr().out
-    assert "1 done, 0 failed, 3 pending" in printed
-    assert "time limit stopped 3 runs" in printed and "rerun the same command to resume" in printed
+    # the second run stopped at its 10th step, the last two never started: of the 3 pending runs,
+    # 1 has a checkpoint, and the summary counts as `sweep status` does (it said "3 runs ... with a checkpoint")
+    assert "1 done, 0 failed, 3 pending (1 with a checkpoint to resume)" in printed
+    assert "time limit stopped the sweep" in printed and "rerun the same command to resume" in printed
     steps = sorted(load_torch(p)["step"] for p in (tmp_path / "limited" / "runs").glob("*/checkpoint.pt"))
-    assert steps == [10, 20], steps   # the second run stopped at its 10th step, the last two never started
+    assert steps == [10, 20], steps
+    assert main(["sweep", "status", out]) == 0
+    assert "1 done, 0 running, 0 failed, 3 pending (1 with a checkpoint to resume)" in capsys.readouterr().out
     assert main([*args, "--out", out]) == 0
     ref, again = (read_csv(tmp_path / d / "results.csv", TIMING) for d in ("ref", "limited"))
     assert again == ref and len(ref) == 4

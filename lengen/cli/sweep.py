@@ -43,15 +43,16 @@ def run(args) -> int:
             print(f"  ... and {len(runs) - 20} more")
         return 0
     counts = run_sweep(spec, args.out, opts)
-    print(f"sweep {spec.name}: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending")
+    print(f"sweep {spec.name}: {counts['done']} done, {counts['failed']} failed, {counts['pending']} pending "
+          f"({counts['resumable']} with a checkpoint to resume)")   # counted as `sweep status` counts them
     first, *rest = spec.kind.tables
     print(f"results: {args.out}/{first} ({counts['results']} rows)" + "".join(f", {args.out}/{t}" for t in rest))
     if counts["failed"]:
         print(f"see `lengen sweep status {args.out}`; rerun the same command to retry the failed runs")
         return 1
     if counts["stopped"]:
-        print(f"the {args.time_limit:g}-minute time limit stopped {counts['stopped']} runs (those in training "
-              "at their last step, with a checkpoint); rerun the same command to resume")
+        print(f"the {args.time_limit:g}-minute time limit stopped the sweep (runs in training checkpointed their "
+              "last step, runs not started yet stay pending); rerun the same command to resume")
         return 3
     return 0
 

@@ -16,6 +16,7 @@ from lengen.errors import LengenError
 from lengen.formats import count_noun
 from lengen.progress import progress_bar
 from lengen.sweeps.spec import SweepSpec, expand
+from lengen.sweeps.status import resumable
 from lengen.sweeps.grouping import default_group_size, plan_groups
 from lengen.sweeps.local import run_local
 from lengen.sweeps.ray_backend import connect, run_ray
@@ -202,5 +203,6 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
         bar.close()
         finished = writer.write()
     counts["pending"] = len(runs) - counts["done"] - counts["failed"]
+    counts["resumable"] = sum(resumable(sweep, r.run_id, sweep.state(r.run_id)) for r in runs)
     counts["results"] = finished
     return counts

@@ -7,6 +7,12 @@ from lengen.sweeps.spec import expand, parse_spec
 from lengen.sweeps.sweep_dir import STATES, SweepDir
 
 
+def resumable(sweep: SweepDir, run_id: str, state: str) -> bool:
+    """Whether a run of state `state` is one `sweep run` resumes rather than starts: pending, with
+    a checkpoint. The one rule for `sweep status` and the summary `sweep run` ends with."""
+    return state == "pending" and (sweep.run_path(run_id) / "checkpoint.pt").exists()
+
+
 def sweep_status(path) -> dict:
     """{"name", "total", "counts": {state: n}, "failed": [{run_id, point, error, log}],
     "running": [{run_id, step, steps}], "damaged": [{run_id, point, problem}] runs whose done file
@@ -26,7 +32,7 @@ def sweep_status(path) -> dict:
             configs = None
         sweep = SweepDir(path, spec.kind.done_file(spec.evaluation), spec.kind, spec.evaluation, configs)
     counts = {s: 0 for s in STATES}
-    failed, running, damaged, resumable = [], [], [], 0
+    failed, running, damaged, resuming = [], [], [], 0
     for run in index["runs"]:
         rid = run["run_id"]
         state = sweep.state(rid)
@@ -40,10 +46,10 @@ def sweep_status(path) -> dict:
         elif state == "running":
             p = sweep.progress(rid) or {}
             running.append({"run_id": rid, "step": p.get("step"), "steps": p.get("steps")})
-        elif state == "pending" and (sweep.run_path(rid) / "checkpoint.pt").exists():
-            resumable += 1
+        elif resumable(sweep, rid, state):
+            resuming += 1
     return {"name": index["name"], "total": len(index["runs"]), "counts": counts, "failed": failed,
             "damaged": damaged,
-            "running": running, "resumable": resumable, "runner": sweep.runner(),
+            "running": running, "resumable": resuming, "runner": sweep.runner(),
             "outside": [{"run_id": rid, "done": sweep.is_done(rid)}
                         for rid in sweep.outside(r["run_id"] for r in index["runs"])]}
