@@ -44,9 +44,9 @@ def answer_loss(model: ArithLM, batch, positions: torch.Tensor, ids: torch.Tenso
 
 
 def train_arith(cfg: ArithConfig, out: str | Path, progress: bool = True,
-                on_log: Callable[[int, dict], None] | None = None) -> dict:
+                on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`; write eval.json (the heat map up to cfg.test_digits);
-    return its record."""
+    return its record (`note` as for lengen.lm.loop.train_on_corpus)."""
     cfg.validate()
     device = resolve_device(cfg.device)
     task, feeder = cfg.build_task(), Feeder(cfg)
@@ -70,4 +70,4 @@ def train_arith(cfg: ArithConfig, out: str | Path, progress: bool = True,
                                 describe={"task": cfg.task, "pe": cfg.pe, "label": model_label(cfg.model, cfg.pe),
                                           "positions": cfg.positions,
                                           "format": cfg.format})
-    return train_on_corpus(cfg, out, model, device, TaskData(cfg), objective, progress, on_log)
+    return train_on_corpus(cfg, out, model, device, TaskData(cfg), objective, progress, on_log, note)

@@ -27,7 +27,7 @@ from lengen.environment import run_environment
 from lengen.progress import progress_bar
 from lengen.training import deadline
 from lengen.training.optim import fused_optimizer_ok
-from lengen.training.run_dir import RunDir, config_digest
+from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 from lengen.training.session import TrainingSession
 
 EVAL_FILE = "eval.json"
@@ -70,11 +70,13 @@ class CorpusObjective:
 
 def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.device, corpus,
                     objective: CorpusObjective, progress: bool = True,
-                    on_log: Callable[[int, dict], None] | None = None) -> dict:
+                    on_log: Callable[[int, dict], None] | None = None,
+                    note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) `model` (already on `device`) in run directory `out` for cfg.steps; write
     eval.json and return its record. `cfg` is an LMConfig or MLMConfig: its class checks a saved
     config.json. `on_log(step, row)` is called with every metrics row (sweeps report progress
-    through it)."""
+    through it); `note(line)` when the run's eval.json is there but damaged or another run's (it is
+    written again, never read)."""
     config_class = type(cfg)
     session = TrainingSession(RunDir(out), cfg.to_dict(), config_class.IDENTITY, cfg.steps,
                               normalize=lambda saved: config_class.from_dict(saved, where=str(out)).to_dict())
@@ -85,6 +87,14 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
     loss_sum, loss_count = torch.zeros((), dtype=torch.float64, device=device), 0
 
     ckpt = session.restore(model, optimizer)  # read onto the CPU, loaded onto the model's device
+    old = session.run.file(EVAL_FILE)
+    if note is not None and ckpt is not None and old.exists():  # a rerun: say what it replaces, and why
+        try:
+            why = record_mismatch(io.read_json(old), {"config_digest": config_digest(cfg), "steps": cfg.steps})
+        except (OSError, ValueError) as e:
+            why = f"damaged ({' '.join(str(e).split())[:80]})"
+        if why is not None:
+            note(f"{old} is {why}; validating the run again from its checkpoint")
     if ckpt is not None:
         np_rng.bit_generator.state = ckpt["rng"]["numpy"]
         for name, gen in objective.generators.items():

@@ -76,9 +76,10 @@ def validate(model: DecoderLM, corpus, cfg: LMConfig) -> dict:
 
 
 def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
-             on_log: Callable[[int, dict], None] | None = None) -> dict:
+             on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`; write eval.json; return its record. `on_log(step, row)`
-    is called with every metrics row (sweeps report progress through it)."""
+    is called with every metrics row (sweeps report progress through it); `note` as for
+    lengen.lm.loop.train_on_corpus."""
     cfg.validate()
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is loaded or written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`
@@ -103,4 +104,4 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
                                                        "positions": cfg.positions},
                                 readout=lambda loss: {"ppl": f"{math.exp(loss):.2f}"},
                                 generators={} if standard else {"positions": gen})
-    return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log)
+    return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log, note)

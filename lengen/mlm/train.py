@@ -71,8 +71,9 @@ def mlm_loss(model: MaskedLM, inputs: torch.Tensor, targets: torch.Tensor, posit
 
 
 def train_mlm(cfg: MLMConfig, out: str | Path, progress: bool = True,
-              on_log: Callable[[int, dict], None] | None = None) -> dict:
-    """Train (or resume) the run in `out`; write eval.json; return its record."""
+              on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
+    """Train (or resume) the run in `out`; write eval.json; return its record (`note` as for
+    lengen.lm.loop.train_on_corpus)."""
     model, sampler = build_run(cfg)       # bad combinations fail here, before anything is loaded
     device = resolve_device(cfg.device)   # a missing GPU fails before anything is written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)
@@ -95,7 +96,7 @@ def train_mlm(cfg: MLMConfig, out: str | Path, progress: bool = True,
                                 describe={"pe": cfg.model.pe, "label": model_label(cfg.model), "positions": cfg.positions},
                                 readout=lambda loss: {"bpb": f"{loss / math.log(2):.3f}"},
                                 generators={"mlm": gen})
-    return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log)
+    return train_on_corpus(cfg, out, model, device, corpus, objective, progress, on_log, note)
 
 
 __all__ = ["train_mlm", "build_run", "build_model", "mlm_loss", "draw_positions", "default_test_mode"]

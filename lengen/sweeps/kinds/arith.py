@@ -75,7 +75,7 @@ class ArithKind(SweepKind):
                             "eval_seed": cfg.eval_seed}}
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
-        record = train_arith(cfg, path, progress=False, on_log=on_log)
+        record = train_arith(cfg, path, progress=False, on_log=on_log, note=None)  # named by `sweep run`
         ood = record["out_of_distribution"]
         return (f"in distribution {100 * record['in_distribution']:.1f}%"
                 + (f", out of distribution {100 * ood:.1f}%" if ood is not None else ""))

@@ -151,7 +151,7 @@ class LMKind(SweepKind):
         training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
         if record_problem(path / EVAL_FILE, training) is not None:  # else trained: only the evaluation is left
             # no record, or a damaged or foreign one: resumed from the checkpoint, validated again
-            train_lm(cfg, path, progress=False, on_log=on_log)
+            train_lm(cfg, path, progress=False, on_log=on_log, note=None)  # `sweep run` named it
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg.train_length, cfg.device)
         ecfg.precision = (evaluation or {}).get("precision", cfg.precision)

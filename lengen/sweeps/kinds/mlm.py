@@ -143,7 +143,7 @@ class MLMKind(SweepKind):
         training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
         if record_problem(path / EVAL_FILE, training) is not None:  # else trained: only the evaluation is left
             # no record, or a damaged or foreign one: resumed from the checkpoint, validated again
-            train_mlm(cfg, path, progress=False, on_log=on_log)
+            train_mlm(cfg, path, progress=False, on_log=on_log, note=None)  # `sweep run` named it
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg)
         start = time.perf_counter()
