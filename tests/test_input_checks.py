@@ -299,3 +299,17 @@ def test_a_file_variant_crossed_with_the_grid_asks_for_one_label():
         resolve_variant(runs, "fast", "--compare", named)
     assert str(e.value) == ("--compare: the sweep file's variant 'fast' has runs under 2 labels (it is crossed "
                             "with the grid): give one of 'rope, lr=0.1' | 'alibi, lr=0.1'")
+
+
+@pytest.mark.parametrize("argv,guess", [
+    (["train", "--stpes", "10"], "--steps"),                        # the command's own flags
+    (["arith", "train", "--train-digts=3"], "--train-digits"),      # a subcommand's, KEY=VALUE form
+    (["train", "--out-dir", "x"], None),                            # nothing close: no guess
+])
+def test_an_unknown_flag_gets_a_did_you_mean_among_the_commands_flags(tmp_path, capsys, argv, guess):
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--no-progress"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("lengen: error: unrecognized arguments: ")
+    assert (f"(did you mean {guess}?)" in err) if guess else "did you mean" not in err, err
