@@ -24,6 +24,7 @@ import torch
 from lengen import io
 from lengen.devices import restore_rng_state, rng_state
 from lengen.environment import run_environment
+from lengen.errors import reason
 from lengen.progress import progress_bar
 from lengen.training import deadline
 from lengen.training.optim import fused_optimizer_ok
@@ -92,7 +93,7 @@ def train_on_corpus(cfg, out: str | Path, model: torch.nn.Module, device: torch.
         try:
             why = record_mismatch(io.read_json(old), {"config_digest": config_digest(cfg), "steps": cfg.steps})
         except (OSError, ValueError) as e:
-            why = f"damaged ({' '.join(str(e).split())[:80]})"
+            why = f"damaged ({reason(e)})"
         if why is not None:
             note(f"{old} is {why}; validating the run again from its checkpoint")
     if ckpt is not None:

@@ -28,7 +28,7 @@ import io as _io
 from pathlib import Path
 
 from lengen import io
-from lengen.errors import LengenError
+from lengen.errors import LengenError, reason
 from lengen.sweeps.results import ResultsWriter
 from lengen.sweeps.spec import expand, parse_spec
 from lengen.sweeps.sweep_dir import SweepDir
@@ -81,7 +81,7 @@ def check_export(path) -> None:
         try:
             records[name] = io.read_json(path / name)
         except (OSError, ValueError) as e:
-            raise damaged(name, " ".join(str(e).split())[:80]) from None
+            raise damaged(name, reason(e)) from None
         if not isinstance(records[name], dict):
             raise damaged(name, "not a JSON object")
     marker = records[MARKER]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lengen import io
-from lengen.errors import LengenError
+from lengen.errors import LengenError, reason
 from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 
 #: what reading a results record back can raise when the file is not whole or not what it should be
@@ -96,7 +96,7 @@ class SweepKind:
         except LengenError as e:
             return str(e).split(";")[0]
         except _NOT_WHOLE as e:
-            return f"{config} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+            return f"{config} is damaged ({reason(e)})"
         cfg = saved if cfg is None else self.settled(cfg)
         if config_digest(saved) != config_digest(cfg):
             return f"{config} is another run's (its settings digest differs)"
@@ -107,7 +107,7 @@ class SweepKind:
         try:
             self.rows_of(path, io.read_json(Path(path) / done_file), evaluation)
         except _NOT_WHOLE as e:
-            return f"{Path(path) / done_file} is damaged ({type(e).__name__}: {' '.join(str(e).split())[:80]})"
+            return f"{Path(path) / done_file} is damaged ({reason(e)})"
         return None
 
     def by_length_columns(self, evaluation: dict | None) -> list[str]:
@@ -130,7 +130,7 @@ def record_problem(file: Path, expected: dict) -> str | None:
     except FileNotFoundError:
         return f"{file} is missing"
     except (OSError, ValueError) as e:
-        return f"{file} is damaged ({' '.join(str(e).split())[:80]})"
+        return f"{file} is damaged ({reason(e)})"
     return None if why is None else f"{file} is {why}"
 
 
