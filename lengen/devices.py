@@ -20,7 +20,7 @@ import re
 
 import torch
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -51,7 +51,7 @@ def resolve_device(spec: str | torch.device | None) -> torch.device:
 
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
-        raise LengenError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+        raise LengenError(unknown_name("precision", precision, PRECISIONS))
     return precision
 
 

@@ -313,3 +313,13 @@ def test_an_unknown_flag_gets_a_did_you_mean_among_the_commands_flags(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("lengen: error: unrecognized arguments: ")
     assert (f"(did you mean {guess}?)" in err) if guess else "did you mean" not in err, err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["arith", "train", "--format", "revesed"], "unknown format 'revesed' (did you mean 'reversed'?); valid: reversed,"),
+    (["sweep", "presets", "--show", "ruoss2023-mnii"], "unknown sweep preset 'ruoss2023-mnii' (did you mean "
+                                                        "'ruoss2023-mini'?)"),
+])
+def test_other_unknown_names_share_the_did_you_mean(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -15,7 +15,7 @@ from lengen.arith.formats import FORMATS
 from lengen.arith.positions import ARITH_POSITIONS
 from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
-from lengen.errors import LengenError, did_you_mean
+from lengen.errors import LengenError, did_you_mean, unknown_name
 from lengen.models.config import CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
 from lengen.options import check_finite_fields
 
@@ -133,7 +133,7 @@ class ArithConfig:
             raise LengenError(f"test-digits {self.test_digits} < train-digits {self.train_digits}: the evaluation "
                               "must cover the training digits (and usually go beyond them)")
         if self.format not in FORMATS:
-            raise LengenError(f"unknown format {self.format!r}; valid: {', '.join(FORMATS)}")
+            raise LengenError(unknown_name("format", self.format, FORMATS))
         abacus, encoding = split_pe(self.pe)
         ARITH_POSITIONS.get(self.positions)
         if self.task != "multi_addition" and self.max_operands != 3:

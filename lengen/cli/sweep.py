@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.sweeps import SweepOptions, load_spec, run_sweep, sweep_status
 from lengen.sweeps.export import export_sweep
 from lengen.sweeps.presets import preset_names, preset_path
@@ -120,7 +120,7 @@ def presets(args) -> int:
     if args.show:
         path = preset_path(args.show)
         if path is None:
-            raise LengenError(f"unknown sweep preset {args.show!r}; valid: {', '.join(preset_names())}")
+            raise LengenError(unknown_name("sweep preset", args.show, preset_names()))
         print(path.read_text(), end="")
         return 0
     for name in preset_names():

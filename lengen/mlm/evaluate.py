@@ -25,7 +25,7 @@ import torch
 from lengen.data import load_corpus, sample_windows
 from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import check_precision, precision_context, resolve_device
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.io import check_writable
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.masking import IGNORE, mask_tokens
@@ -149,7 +149,7 @@ class MLMEvalConfig:
             raise LengenError(f"--log-n must be one of {', '.join(LOG_N)}, got {self.log_n!r}")
         for mode in self.test_positions:
             if mode not in TEST_MODES:
-                raise LengenError(f"unknown test position mode {mode!r}; valid: {', '.join(TEST_MODES)}")
+                raise LengenError(unknown_name("test position mode", mode, TEST_MODES))
         for name in ("windows", "batch_size"):
             if getattr(self, name) < 1:
                 raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")

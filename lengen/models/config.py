@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.options import check_finite_fields
 
 #: the CHE benchmark's architectures (Deletang et al. 2023): the Transformer and its recurrent baselines
@@ -112,7 +112,7 @@ class ModelConfig:
     def validate(self) -> None:
         check_finite_fields(self)  # dropout, pe_options
         if self.architecture not in ARCHITECTURES:
-            raise LengenError(f"unknown model {self.architecture!r}; valid: {', '.join(ARCHITECTURES)}")
+            raise LengenError(unknown_name("model", self.architecture, ARCHITECTURES))
         extra = self.inapplicable_fields()
         if extra:
             raise LengenError(not_applicable(self.architecture, extra))

@@ -3,7 +3,7 @@ modes of a randomized run are `random` (sample as in training), `uniform` and `s
 
 import torch
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.positions.base import PositionSampler
 from lengen.positions.equal_mean import EqualMeanPositions
 from lengen.positions.pose import PoSEPositions
@@ -30,7 +30,7 @@ def build_sampler(name: str, max_position: int = 2048, **options) -> PositionSam
 def evaluation_sampler(mode: str, max_position: int = 2048) -> PositionSampler:
     """The sampler for a test-time position mode: random, uniform or standard."""
     if mode not in TEST_MODES:
-        raise LengenError(f"unknown test position mode {mode!r}; valid: {', '.join(TEST_MODES)}")
+        raise LengenError(unknown_name("test position mode", mode, TEST_MODES))
     return build_sampler(TEST_MODES[mode], max_position=max_position)
 
 

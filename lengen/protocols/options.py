@@ -15,7 +15,7 @@ model is loaded), the same way in both commands.
 
 from __future__ import annotations
 
-from lengen.errors import LengenError
+from lengen.errors import LengenError, unknown_name
 from lengen.protocols.ruler.tasks import TASKS
 
 PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
@@ -78,4 +78,4 @@ def check_task_names(tasks: list[str]) -> None:
         raise LengenError(f"--tasks needs at least one task; valid: {', '.join(TASKS)}")
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
-        raise LengenError(f"--tasks: unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
+        raise LengenError(f"--tasks: {unknown_name('task', unknown[0], TASKS)}")

@@ -146,7 +146,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
     errors: list[str] = []
     for key in data:
         if key not in TOP_LEVEL:
-            errors.append(f"{where}: unknown top-level key {key!r}; valid: {', '.join(TOP_LEVEL)} "
+            errors.append(f"{where}: {unknown_name('top-level key', key, TOP_LEVEL)} "
                           "(options go under `grid:` or `fixed:`)")
     command = data.get("command", "train")
     kind = get_kind(command)
