@@ -145,6 +145,19 @@ def test_eval_rerun_on_another_corpus_is_refused_when_nothing_is_left_to_compute
     assert files(out) == before
 
 
+def test_eval_says_it_resumes_only_after_the_rows_are_checked(root, finished_eval, tmp_path, capsys, monkeypatch):
+    """"resuming: N results already in ..." is printed for rows that passed the checks, never before a
+    refusal (the rows on another corpus are not resumed)."""
+    out = copy(finished_eval / "done", tmp_path)
+    monkeypatch.setattr(evaluate, "load", no_model)
+    with_progress = [a for a in eval_args(root, out, "other") if a != "--no-progress"]
+    assert main(with_progress) == 2
+    assert "resuming" not in capsys.readouterr().out
+    monkeypatch.undo()   # the tiny model loads even with nothing left to score
+    assert main([a for a in eval_args(root, out) if a != "--no-progress"]) == 0   # same corpus: all rows reused
+    assert f"resuming: {2 * len(METHODS)} results already in {out / 'results.json'}" in capsys.readouterr().out
+
+
 def test_eval_results_json_swapped_for_another_corpus_is_refused(root, finished_eval, tmp_path, capsys, monkeypatch):
     out = copy(finished_eval / "done", tmp_path)
     for name in ("results.json", "results.csv"):

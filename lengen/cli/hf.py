@@ -44,10 +44,13 @@ def run_eval(args) -> int:
     settings.check()  # the cheap checks (methods, model folder) before the output folder's
     check_writable(out)  # before the model is loaded
     previous = load_result(out)
-    if previous is not None and not args.no_progress:
-        print(f"resuming: {len(previous['rows'])} results already in {out / 'results.json'}")
+
+    def resuming(n: int) -> None:   # said once the earlier rows are checked, not before
+        if not args.no_progress:
+            print(f"resuming: {n} results already in {out / 'results.json'}")
+
     result = run(settings, progress=not args.no_progress, previous=previous,
-                 on_row=lambda partial: save_result(partial, out, plot_too=False))
+                 on_row=lambda partial: save_result(partial, out, plot_too=False), on_resume=resuming)
     print(result_table(result))
     paths = save_result(result, out)
     print("wrote " + ", ".join(str(p) for p in paths))

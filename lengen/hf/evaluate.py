@@ -293,12 +293,13 @@ SAME_RESULTS = ("gguf_file", "protocol", "docs", "segment", "trials", "seed",
 
 
 def run(settings: EvalSettings, progress: bool = True, previous: dict | None = None,
-        on_row=None) -> dict:
+        on_row=None, on_resume=None) -> dict:
     """Evaluate every method at every length; returns {"meta": ..., "rows": [...]}.
 
     `previous` (an earlier result of the same settings, e.g. an interrupted run) supplies rows
-    that are not computed again; its other rows are kept. `on_row(result)` is called after each
-    new row, so a caller can save progress."""
+    that are not computed again; its other rows are kept. `on_resume(n)` is called once its n rows
+    have passed every check (settings, BOS, the sequences' digest), before the model loads;
+    `on_row(result)` after each new row, so a caller can save progress."""
     settings.check()
     device = resolve_device(settings.device)  # a missing GPU fails before the model is loaded
     # the tokenizer first: what it refuses, and what it says about the rows, before the model loads
@@ -333,6 +334,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     # they are printed and relabelled with this corpus
     if seq_tokens and (todo or rows):
         seqs, digest = _checked_sequences(settings, tokenizer, seq_tokens, previous)
+    if rows and on_resume is not None:
+        on_resume(len(rows))
     model, tokenizer = load(settings, tokenizer)
     model.to(device)
     if any(not is_plain(m) for m in settings.methods):
