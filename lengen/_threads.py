@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from lengen._openmp import cpu_times, user_choice
+from lengen._openmp import cpu_times, pin_threads, user_choice
 
 INTERVAL_S = 1.0    # how often load is re-sampled: a reaction within ~2 s, for ~0.2 ms a second
 LOWER_AT = 0.5      # others' load on our cores (in cores) from which a thread is given back
@@ -152,3 +152,10 @@ if hasattr(os, "register_at_fork"):  # a forked worker (sweeps) starts its own r
 def between_steps() -> None:
     """The end of a training step: adapt the thread count to the load (at most every INTERVAL_S)."""
     governor.between_steps()
+
+
+def fix_threads(n: int) -> None:
+    """A count chosen on purpose (`--threads`, a sweep's threads per worker): set it, and training
+    never changes it under load."""
+    torch.set_num_threads(n)
+    pin_threads(n)

@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from lengen import _openmp, _threads
 from lengen._threads import LOWER_AT, RAISE_BELOW, OthersLoad, ThreadGovernor, decide
 from lengen.cli import main
 from lengen.models import ModelConfig
+from lengen.sweeps.local import run_in_process
 from lengen.training.config import TrainConfig
 from lengen.training.group import train_group
 from tiny_lm import TINY
@@ -164,6 +166,14 @@ def test_threads_flag_pins_the_count(tmp_path, monkeypatch):
                  "--eval-samples", "2", "--layers", "1", "--d-model", "8", "--heads", "2", "--d-ff", "8",
                  "--no-progress", "--device", "cpu", "--threads", "1", "--out", str(tmp_path / "r")]) == 0
     assert _openmp.user_choice() == "--threads 1"
+
+
+def test_a_sweep_s_threads_per_worker_are_pinned(monkeypatch):
+    """`sweep run --threads N` is a count chosen on purpose, as `--threads` is for one run."""
+    monkeypatch.setattr(_openmp, "_pinned", None)
+    n = torch.get_num_threads()   # the count this test process already has: nothing else changes
+    run_in_process([], "unused.yaml", n, "cpu", on_result=None, on_tick=None)
+    assert _openmp.user_choice() == f"--threads {n}"
 
 
 # /proc/stat: cpuN user nice system idle iowait irq softirq steal guest guest_nice

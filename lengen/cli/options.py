@@ -3,9 +3,8 @@ arguments are in lengen.cli.parsers.common.)"""
 
 from __future__ import annotations
 
-import torch
 
-from lengen._openmp import pin_threads
+from lengen._threads import fix_threads
 from lengen.errors import LengenError
 from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
 from lengen.options import parse_key_values  # noqa: F401 - the commands import it from here
@@ -32,5 +31,4 @@ def set_threads(n: int | None) -> None:
         return
     if n < 1:
         raise LengenError(f"--threads must be >= 1, got {n}")
-    torch.set_num_threads(n)
-    pin_threads(n)  # the user's count: training does not lower it under load (lengen._threads)
+    fix_threads(n)  # the user's count: training does not lower it under load

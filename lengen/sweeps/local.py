@@ -14,8 +14,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-import torch
-
+from lengen._threads import fix_threads
 from lengen.sweeps.worker import run_job
 
 _device: str | None = None
@@ -47,7 +46,7 @@ def _init_worker(threads: int, devices: list[str], counter, parent: int) -> None
     (round-robin over `devices`)."""
     global _device
     die_with_parent(parent)
-    torch.set_num_threads(threads)
+    fix_threads(threads)
     with counter.get_lock():
         index = counter.value
         counter.value += 1
@@ -61,7 +60,7 @@ def _execute(sweep_path: str, job: dict) -> list[dict]:
 def run_in_process(jobs, sweep_path: str, threads: int, device: str, on_result, on_tick) -> None:
     """One worker: the runs one after another in this process (no pool to start; a debugger and
     monkeypatching reach the training code)."""
-    torch.set_num_threads(threads)
+    fix_threads(threads)
     for job in jobs:
         for result in run_job(sweep_path, job, device):
             on_result(result)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 
-import torch
-
+from lengen._threads import fix_threads
 from lengen.errors import LengenError
 from lengen.sweeps.worker import run_job
 
@@ -24,7 +23,7 @@ def _import_ray():
 
 
 def _execute(sweep_path: str, job: dict, device: str, threads: int) -> list[dict]:
-    torch.set_num_threads(threads)
+    fix_threads(threads)
     if device.startswith("cuda"):
         device = "cuda"  # Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned: that is cuda:0
     return run_job(sweep_path, job, device)
