@@ -27,7 +27,7 @@ from lengen.training.optim import che_adam
 from lengen.training.plots import plot_accuracy
 from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - re-exported
-from lengen.training.setup import RunParts, build_run, default_test_mode, total_length
+from lengen.training.setup import RunParts, build_run, test_mode_of, total_length
 
 
 def run_rng_state(np_rng, gen, device) -> dict:
@@ -149,8 +149,7 @@ IDENTIFYING = ("config_digest", "task", "pe", "positions", "train_length")
 def expected_eval(cfg: TrainConfig, test_mode: str | None = None) -> dict:
     """What the run's own eval.json (its default evaluation) says of the run and its settings:
     lengen.training.run_dir.record_mismatch checks a record read back against it."""
-    if test_mode is None:  # build_run's choice, without building the model
-        test_mode = "standard" if cfg.model.recurrent else cfg.test_positions or default_test_mode(cfg.positions)
+    test_mode = test_mode or test_mode_of(cfg)   # build_run's choice, without building the model
     return {"config_digest": config_digest(cfg), "task": cfg.task, "pe": cfg.model.pe, "positions": cfg.positions,
             "train_length": cfg.train_length, "steps": cfg.steps, "max_length": cfg.max_length,
             "eval_samples": cfg.eval_samples, "eval_seed": cfg.eval_seed, "eval_tokens": cfg.eval_tokens,

@@ -54,6 +54,14 @@ def settle(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
+def test_mode_of(cfg: TrainConfig, asked: str | None = None) -> str:
+    """The test positions a run is evaluated with: `asked`, else the config's, else the sampler's
+    default; always "standard" for a recurrent model (it reads no positions)."""
+    if cfg.model.recurrent:
+        return "standard"
+    return asked or cfg.test_positions or default_test_mode(cfg.positions)
+
+
 def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | None = None) -> RunParts:
     cfg.validate()
     settle(cfg)
@@ -73,7 +81,7 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
                           f"{' '.join(str(e).split())}") from None
     pe = model.encoder.pe
     check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
-    mode = test_mode or cfg.test_positions or default_test_mode(cfg.positions)
+    mode = test_mode_of(cfg, test_mode)
     evaluator = evaluation_sampler(mode, cfg.model.max_position)
     longest = total_length(task, max_length or cfg.max_length)
     check_positions_fit(pe, evaluator, longest, f"evaluation with {mode!r} positions")
@@ -87,4 +95,4 @@ def _build_recurrent(cfg: TrainConfig, task: Task, sampler: PositionSampler, tes
         raise LengenError(f"test positions {test_mode!r} do not apply to model {cfg.model.architecture!r} "
                           "(a recurrent model reads no positions)")
     model = build_model(cfg.model, task.input_vocab_size, task.output_vocab_size)
-    return RunParts(task=task, model=model, train_sampler=sampler, test_mode="standard")
+    return RunParts(task=task, model=model, train_sampler=sampler, test_mode=test_mode_of(cfg))
