@@ -139,6 +139,14 @@ def settings_of(evaluation: dict | None) -> dict:
     return json.loads(json.dumps(evaluation or {}))
 
 
+def trained_and_evaluated(cfg, training_file: str, done_file: str, evaluation: dict | None) -> dict[str, dict]:
+    """`records` of a kind that trains (writing `training_file`) and then evaluates into its done
+    file (language models): both carry the run's config digest; the done file, the `eval:` section."""
+    digest = config_digest(cfg)
+    return {training_file: {"config_digest": digest, "steps": cfg.steps},
+            done_file: {"config_digest": digest, "settings": settings_of(evaluation)}}
+
+
 def hashed_done_file(evaluation: dict | None) -> str:
     """`sweep-eval-<hash>.json`, `<hash>` that of a sweep's `eval:` section: the done file of a kind
     whose evaluation is not part of a run's id, so an edited section re-evaluates trained runs

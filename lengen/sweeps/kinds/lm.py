@@ -35,7 +35,7 @@ from lengen.lm.train import build_train_sampler, train_lm
 from lengen.options import coerce_value
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY, check_protocol_options
-from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, settings_of
+from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, trained_and_evaluated
 from lengen.training.run_dir import config_digest
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
@@ -143,9 +143,7 @@ class LMKind(SweepKind):
         return hashed_done_file(evaluation)
 
     def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
-        digest = config_digest(cfg)
-        return {EVAL_FILE: {"config_digest": digest, "steps": cfg.steps},   # the training's
-                done_file: {"config_digest": digest, "settings": settings_of(evaluation)}}
+        return trained_and_evaluated(cfg, EVAL_FILE, done_file, evaluation)
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
         training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
@@ -188,4 +186,3 @@ def metric_of(protocol: str) -> str:
 
 
 LM = LMKind()
-

@@ -32,7 +32,7 @@ from lengen.mlm.options import MLM_OPTIONS, coerce_mlm_option, mlm_config_from_o
 from lengen.mlm.train import build_run, train_mlm
 from lengen.options import coerce_value
 from lengen.positions import evaluation_sampler
-from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, settings_of
+from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, trained_and_evaluated
 from lengen.training.run_dir import config_digest
 from lengen.training.setup import check_positions_fit
 
@@ -135,9 +135,7 @@ class MLMKind(SweepKind):
         return hashed_done_file(evaluation)
 
     def records(self, cfg, done_file, evaluation) -> dict[str, dict]:
-        digest = config_digest(cfg)
-        return {EVAL_FILE: {"config_digest": digest, "steps": cfg.steps},   # the training's
-                done_file: {"config_digest": digest, "settings": settings_of(evaluation)}}
+        return trained_and_evaluated(cfg, EVAL_FILE, done_file, evaluation)
 
     def execute(self, path, cfg, evaluation, done_file, on_log) -> str:
         training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
@@ -167,4 +165,3 @@ class MLMKind(SweepKind):
 
 
 MLM = MLMKind()
-
