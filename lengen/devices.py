@@ -100,7 +100,6 @@ def to_device(device: torch.device, *tensors: torch.Tensor):
     return tuple(t.to(device, non_blocking=True) for t in tensors)
 
 
-
 def available_memory() -> int | None:
     """Bytes of main memory the system can give a new allocation now (Linux's MemAvailable: free
     plus reclaimable cache), or None where it cannot be read."""

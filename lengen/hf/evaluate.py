@@ -123,7 +123,7 @@ def _load_kwargs(settings: EvalSettings) -> dict:
     return {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
 
 
-def _reason(e: Exception) -> str:
+def load_reason(e: Exception) -> str:
     return " ".join(str(e).split())[:300] or type(e).__name__   # the whole reason, on one line
 
 
@@ -149,7 +149,7 @@ def read_config(model_path: str, gguf_file: str | None = None):
     try:
         return AutoConfig.from_pretrained(model_path, **kwargs)
     except (OSError, ValueError, KeyError) as e:
-        raise LengenError(f"cannot read the model config in {model_path}: {_reason(e)}") from None
+        raise LengenError(f"cannot read the model config in {model_path}: {load_reason(e)}") from None
 
 
 def load_tokenizer(settings: EvalSettings):
@@ -163,7 +163,7 @@ def load_tokenizer(settings: EvalSettings):
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
     except _LOAD_ERRORS as e:
-        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {_reason(e)}") from None
+        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {load_reason(e)}") from None
     problem = settings.gguf_file and gguf_tokenizer_problem(type(tokenizer).__name__, transformers.__version__)
     if problem:
         raise LengenError(problem)
@@ -184,7 +184,7 @@ def load(settings: EvalSettings, tokenizer=None):
             attn_implementation="sdpa" if settings.attn == "banded" else settings.attn,
             **_load_kwargs(settings))
     except _LOAD_ERRORS as e:
-        raise LengenError(f"cannot load a model from {settings.model_path}: {_reason(e)}") from None
+        raise LengenError(f"cannot load a model from {settings.model_path}: {load_reason(e)}") from None
     if settings.attn == "banded":
         banded.use(model)
     return model.eval(), tokenizer
@@ -585,7 +585,7 @@ def load_result(out: Path) -> dict | None:
         result = io.read_json(path)
         problem = _record_problem(result)
     except (ValueError, OSError) as e:
-        problem = f"not JSON: {_reason(e)}"
+        problem = f"not JSON: {load_reason(e)}"
     if problem:
         raise LengenError(f"{path} is damaged ({problem}); its rows cannot be checked against these settings: "
                           "restore it, or use another --out (or move this folder away to start over)")

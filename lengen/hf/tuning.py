@@ -40,7 +40,7 @@ from lengen.errors import LengenError
 from lengen.formats import count_noun
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
-                                load_tokenizer, nll_fn, read_config, sequences_digest)
+                                load_reason, load_tokenizer, nll_fn, read_config, sequences_digest)
 from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.patch import extend, restore
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
@@ -216,7 +216,7 @@ def load_cache(out: Path, key: dict, model_path: str) -> dict:
         if not isinstance(old, dict):
             raise TypeError
     except ValueError as e:   # not JSON: truncated or overwritten
-        raise LengenError(f"{path} is damaged (not JSON: {' '.join(str(e).split())[:200]}): restore it, or "
+        raise LengenError(f"{path} is damaged (not JSON: {load_reason(e)}): restore it, or "
                           "delete it to search again from scratch (or use another --out)") from None
     except (OSError, KeyError, TypeError, AttributeError):
         raise LengenError(f"{path} is not a lengen hf tune cache: restore it, or use another --out") from None
@@ -281,7 +281,7 @@ def check_records(out: Path, key: dict) -> None:
     try:
         rec = io.read_json(record) if record.exists() else None
     except (ValueError, OSError) as e:
-        rec, problem = None, f"is damaged (not JSON: {' '.join(str(e).split())[:120]})"
+        rec, problem = None, f"is damaged (not JSON: {load_reason(e)})"
     if problem is None:
         problem = "is missing" if rec is None else _record_problem(rec, key)
     if problem is None:
