@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from lengen import io
 from lengen.reports import aggregate as agg
@@ -18,7 +17,7 @@ from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position
 from lengen.reports.load import SweepData
 from lengen.reports.render import html_table, markdown, markdown_rows, simple_markdown
-from lengen.sweeps.spec import VARIANT, expand, parse_spec
+from lengen.sweeps.spec import VARIANT
 
 STYLE = page.style("td:nth-child(2),th:nth-child(2),td:first-child{text-align:left}",
                    "tr.average td{border-top:2px solid #333}")
@@ -103,8 +102,7 @@ def file_variant_labels(data: SweepData, runs: pd.DataFrame) -> dict[str, list[s
     table order: `--compare` takes either."""
     if not data.spec_text:   # a folder without its file: the labels alone
         return {}
-    spec = parse_spec(yaml.safe_load(data.spec_text), where=str(data.path))
-    name_of = {r.run_id: r.point.get(VARIANT) for r in expand(spec)}
+    name_of = {rid: point.get(VARIANT) for rid, point in zip(data.runs["run_id"], data.points)}
     named: dict[str, list[str]] = {}
     for rid, label in zip(runs["run_id"], runs["variant"]):
         if name_of.get(rid) is not None and label not in named.setdefault(name_of[rid], []):

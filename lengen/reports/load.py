@@ -29,6 +29,7 @@ class SweepData:
                              # finished) and `done`
     values: pd.DataFrame     # the finished runs' values by length: the long table's columns
     configs: list            # each planned run's config, in the order of `runs`
+    points: list = field(default_factory=list)    # each planned run's grid point, in the same order
     damaged: dict = field(default_factory=dict)   # run id -> why its done file is not counted (SweepDir.damage)
 
 
@@ -69,7 +70,7 @@ def load_sweep(path) -> SweepData:
     spec_file = sweep.path / SweepDir.SPEC
     return SweepData(name=spec.name, path=sweep.path, spec_text=spec_file.read_text() if spec_file.exists() else "",
                      kind=spec.command, evaluation=spec.evaluation or {}, runs=frame,
-                     values=by_length, configs=[r.config for r in runs],
+                     values=by_length, configs=[r.config for r in runs], points=[r.point for r in runs],
                      damaged={} if is_export(path) else
                      {r.run_id: why for r in runs if (why := sweep.damage(r.run_id)) is not None})
 
