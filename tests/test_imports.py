@@ -15,7 +15,6 @@ ROOT = Path(lengen.__file__).parent
 LAZY_OK = ("ray", "transformers", "matplotlib", "lengen.hf")
 
 
-
 def _lazy_ok(module: str) -> bool:
     return any(module == ok or module.startswith(ok + ".") for ok in LAZY_OK)
 

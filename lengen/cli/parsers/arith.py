@@ -33,7 +33,6 @@ metrics.jsonl and eval.json (the heat map up to --test-digits).
 """
 
 
-
 EVAL_EPILOG = """examples:
   lengen arith eval runs/add-abacus                      # the run's own grid again
   lengen arith eval runs/add-abacus --test-digits 12 --samples 50 --out results/add-abacus-12.json
@@ -43,11 +42,9 @@ so any two runs and any two grids score the same problems in the cells they shar
 """
 
 
-
 def add_parser(sub) -> None:
     corpus_lm.add_command_group(sub, "arith", "arithmetic length generalization: addition and multiplication "
                                 "with Abacus embeddings and position coupling", __doc__, [_add_train, _add_eval])
-
 
 
 def _add_train(sub) -> None:
@@ -83,7 +80,6 @@ def _add_train(sub) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(p, "training and the evaluation run")
     p.set_defaults(func="lengen.cli.arith:run_train")
-
 
 
 def _add_eval(sub) -> None:

@@ -13,7 +13,6 @@ EPILOG = """The runs are ordinary run directories (resumable: rerun to continue)
 `lengen eval demo_runs/rope-randomized --positions uniform` works on them afterwards."""
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="standard vs randomized RoPE on one task, in a few CPU minutes",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -16,7 +16,6 @@ Writes eval_<mode>_M<max-length>.json and accuracy_<mode>_M<max-length>.png into
 """
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a trained run at other lengths or position modes",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -63,8 +63,6 @@ nothing is downloaded.
 """
 
 
-
-
 def add_parser(sub) -> None:
     d = values.HF_EVAL
     p = sub.add_parser("hf", help="training-free context extension of Hugging Face models",

@@ -53,7 +53,6 @@ OUT/tune_cache.json. From Python: lengen.hf.tune(model_path=..., length=..., tex
 """
 
 
-
 def add_tune_parser(hf_sub) -> None:
     d = values.TUNE
     t = hf_sub.add_parser("tune", help="search extension methods' options for one target length",

@@ -22,7 +22,6 @@ Positions come from the run's test-position mode. See docs/inspect.md.
 """
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser("inspect", help="attention maps and activation PCA of one trained run",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

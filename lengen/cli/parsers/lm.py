@@ -25,7 +25,6 @@ length next to a unigram baseline). Corpus tokens are cached under $LENGEN_CACHE
 """
 
 
-
 EVAL_EPILOG = """examples:
   # perplexity against context length (one forward pass per length, every token scored)
   lengen lm eval runs/lm-rope --methods rope,pi:factor=8,ntk:factor=8,yarn:factor=8,rerope:window=128 \\
@@ -52,11 +51,9 @@ expected answers found as whole words in the greedy continuation.
 """
 
 
-
 def add_parser(sub) -> None:
     corpus_lm.add_command_group(sub, "lm", "byte-level decoder language models: train, evaluate against "
                                 "length", __doc__, [_add_train, _add_eval])
-
 
 
 def _add_train(sub) -> None:
@@ -73,8 +70,6 @@ def _add_train(sub) -> None:
     corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
                                 out_default="runs/lm-PE[-POSITIONS]-LTRAIN-sSEED")
     p.set_defaults(func="lengen.cli.lm:run_train")
-
-
 
 
 def _add_eval(sub) -> None:

@@ -24,7 +24,6 @@ training window has the training length, where the factor is 1; switch it on in 
 """
 
 
-
 EVAL_EPILOG = """examples:
   lengen mlm eval runs/mlm-std --lengths 64,128,256,512
   lengen mlm eval runs/mlm-rand --test-positions random,uniform --log-n both --windows 1000
@@ -38,11 +37,9 @@ and results.png into --out (default RUN_DIR/eval-mlm).
 """
 
 
-
 def add_parser(sub) -> None:
     corpus_lm.add_command_group(sub, "mlm", "bidirectional byte-level masked LM: train, evaluate against "
                                 "length", __doc__, [_add_train, _add_eval])
-
 
 
 def _add_train(sub) -> None:
@@ -62,7 +59,6 @@ def _add_train(sub) -> None:
     corpus_lm.add_run_arguments(p, d, seeded="weights, data order, masks, positions", validated="eval.json",
                                 out_default="runs/mlm-PE-POSITIONS-LTRAIN-sSEED")
     p.set_defaults(func="lengen.cli.mlm:run_train")
-
 
 
 def _add_eval(sub) -> None:

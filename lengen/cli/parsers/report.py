@@ -52,7 +52,6 @@ accuracy in points, its 95% t interval and the verdict (a higher accuracy wins).
 """
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="the paper's tables and figures from a sweep folder",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

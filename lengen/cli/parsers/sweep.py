@@ -49,7 +49,6 @@ length, accuracy) are rebuilt from the run directories; pandas.read_csv reads bo
 """
 
 
-
 def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="run a grid of training runs (resumable; local pool or Ray)",
                        description=__doc__)
