@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from lengen import kernels
-from lengen.formats import count_noun
+from lengen.formatting import count_noun
 from lengen.kernels import small_attention
 
 

@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from lengen.formats import count_noun, format_table
+from lengen.formatting import count_noun, format_table
 
 
 def build_model(layers: int):

@@ -20,7 +20,7 @@ import sys
 import time
 
 from lengen.cli import build_parser, command_paths
-from lengen.formats import format_table
+from lengen.formatting import format_table
 
 TARGET_S = 0.5
 HEAVY = ("torch", "scipy", "pandas", "matplotlib", "transformers")

@@ -21,8 +21,8 @@ import torch
 from lengen.cli.options import format_table
 from lengen.devices import resolve_device
 from lengen.encodings import ENCODINGS
-from lengen.training.loop import evaluate_run, train
-from lengen.training.options import config_from_options
+from lengen.che.loop import evaluate_run, train
+from lengen.che.options import config_from_options
 from lengen.training.run_dir import RunDir
 
 

@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from lengen.formats import format_table
+from lengen.formatting import format_table
 
 DEFAULT_METHODS = ("yarn:factor=16", "ntk:factor=16", "rerope:window=512", "leaky_rerope:window=512",
                    "self_extend:group=16,window=1024", "lambda:window=4096", "dca:chunk_size=8192,local_size=1024",

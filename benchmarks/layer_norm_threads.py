@@ -16,12 +16,12 @@ import time
 import numpy as np
 import torch
 
-from lengen.formats import count_noun, format_table
+from lengen.formatting import count_noun, format_table
 from lengen.models import ModelConfig
-from lengen.training.config import TrainConfig
-from lengen.training.loop import train_step
+from lengen.che.config import TrainConfig
+from lengen.che.loop import train_step
 from lengen.training.optim import che_adam
-from lengen.training.setup import build_run
+from lengen.che.setup import build_run
 
 TORCH_FORWARD = torch.nn.LayerNorm.forward
 

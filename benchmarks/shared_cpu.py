@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lengen.formats import format_table
+from lengen.formatting import format_table
 
 CLI = [sys.executable, "-c", "import sys; from lengen.cli import main; sys.exit(main())"]
 HOG = [sys.executable, "-c", "while True: pass"]

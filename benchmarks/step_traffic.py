@@ -1,5 +1,5 @@
 """Memory traffic of one group training step, operator by operator, and the model-steps/s it
-allows at a device's memory bandwidth: a roofline for lengen.training.group without a GPU.
+allows at a device's memory bandwidth: a roofline for lengen.che.group without a GPU.
 
 The step runs on PyTorch's `meta` device (shapes only, no arithmetic) through the code path CUDA
 takes (the models folded into SDPA's heads, step lengths rounded up to 8). Every operator that
@@ -34,12 +34,12 @@ from torch.utils._pytree import tree_leaves
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import lengen.kernels.model_stack as model_stack  # noqa: E402
-import lengen.training.group_step as group_step_module  # noqa: E402
-from lengen.formats import format_table  # noqa: E402
+import lengen.che.group_step as group_step_module  # noqa: E402
+from lengen.formatting import format_table  # noqa: E402
 from lengen.models import ModelConfig  # noqa: E402
-from lengen.training.config import TrainConfig  # noqa: E402
-from lengen.training.setup import build_run  # noqa: E402
-from lengen.training.stack import ModelStack  # noqa: E402
+from lengen.che.config import TrainConfig  # noqa: E402
+from lengen.che.setup import build_run  # noqa: E402
+from lengen.che.stack import ModelStack  # noqa: E402
 
 
 def _bytes(t: torch.Tensor) -> int:

@@ -1,6 +1,6 @@
 """Model-steps/s (models x steps per second) of a group of N CHE models trained at once
-(lengen.training.group: stacked weights, one vmapped forward/backward per step) against the
-one-model-at-a-time loop (lengen.training.loop.train_step, fused kernel and fused Adam) measured
+(lengen.che.group: stacked weights, one vmapped forward/backward per step) against the
+one-model-at-a-time loop (lengen.che.loop.train_step, fused kernel and fused Adam) measured
 in the same run, and the peak memory per model.
 
 Setting of the targets: reverse_string, the seed paper's model (5 layers, d_model 64, 8 heads),
@@ -21,15 +21,15 @@ import time
 import numpy as np
 import torch
 
-from lengen.formats import count_noun, format_table
+from lengen.formatting import count_noun, format_table
 from lengen.devices import resolve_device
 from lengen.models import ModelConfig
-from lengen.training.config import TrainConfig
-from lengen.training.group_step import bucket_overhead, group_step, step_buckets
-from lengen.training.stack import ModelStack
-from lengen.training.loop import train_step
+from lengen.che.config import TrainConfig
+from lengen.che.group_step import bucket_overhead, group_step, step_buckets
+from lengen.che.stack import ModelStack
+from lengen.che.loop import train_step
 from lengen.training.optim import che_adam
-from lengen.training.setup import build_run
+from lengen.che.setup import build_run
 
 
 def sync(device):
@@ -182,7 +182,7 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--solo-models", type=int, default=2, help="models timed one after another for the baseline")
     p.add_argument("--buckets", default="auto",
-                   help="comma-separated length-bucket settings per step to time (lengen.training.group."
+                   help="comma-separated length-bucket settings per step to time (lengen.che.group."
                         "plan_buckets): auto (train_group's default: as many as pay for their launches), "
                         "max (one per distinct length) or a number (at most that many)")
     p.add_argument("--device", default="cpu")

@@ -25,14 +25,14 @@ import torch
 from torch import nn
 
 from lengen.cli.options import format_table
-from lengen.formats import count_noun
+from lengen.formatting import count_noun
 from lengen.encodings import ENCODINGS
 from lengen.encodings.sincos import sinusoid_table
 from lengen.models import ARCHITECTURES, CHEModel, ModelConfig, build_model
 from lengen.models.config import ARCHITECTURE_LABELS
 from lengen.positions import build_sampler
 from lengen.tasks import get_task
-from lengen.training.evaluation import masked_accuracy_counts
+from lengen.che.evaluation import masked_accuracy_counts
 from lengen.training.optim import fused_optimizer_ok
 
 

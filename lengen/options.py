@@ -1,5 +1,5 @@
 """Options as data: a command's option names map to dotted paths in a nested config dict
-("model.pe" is ModelConfig.pe inside a TrainConfig or LMConfig). Shared by lengen.training.options,
+("model.pe" is ModelConfig.pe inside a TrainConfig or LMConfig). Shared by lengen.che.options,
 lengen.lm.options and lengen.mlm.options, so the command line, presets and sweep files set configs
 one way."""
 
@@ -11,7 +11,7 @@ import math
 import typing
 
 from lengen.errors import LengenError
-from lengen.formats import parse_value
+from lengen.formatting import parse_value
 
 
 def set_path(target: dict, dotted: str, value) -> None:

@@ -47,23 +47,23 @@ sys.path.insert(0, str(ROOT))
 import pandas as pd  # noqa: E402
 
 from lengen import io  # noqa: E402
-from lengen.formats import count_noun  # noqa: E402
+from lengen.formatting import count_noun  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
 from lengen.hf.tuning import evaluation_source  # noqa: E402
 from lengen.inspect import inspect_run  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
 from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
-from lengen.reports import aggregate as agg  # noqa: E402
+from lengen.reports import che_aggregate as agg  # noqa: E402
 from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
-from lengen.reports.compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
+from lengen.reports.che_compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
 from lengen.reports.lm_compare import lm_versus_text  # noqa: E402
 from lengen.reports.mlm_compare import hypotheses_markdown, mlm_versus_text, su_hypotheses  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
-from lengen.training.plots import plot_accuracy  # noqa: E402
+from lengen.che.plots import plot_accuracy  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- generated: (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 

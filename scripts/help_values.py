@@ -18,7 +18,7 @@ from pathlib import Path
 from lengen.arith import ARITH_TASKS
 from lengen.arith.config import ArithConfig
 from lengen.arith.formats import FORMATS
-from lengen.arith.positions import ARITH_POSITIONS
+from lengen.arith.coupling import ARITH_POSITIONS
 from lengen.devices import PRECISIONS
 from lengen.hf import describe
 from lengen.hf.evaluate import ATTN_CHOICES, METRIC, WEIGHT_DTYPES, EvalSettings
@@ -54,7 +54,7 @@ def values() -> dict[str, object]:
         "ARCHITECTURES": list(ARCHITECTURES),                   # lengen.models.config
         "ARITH_TASKS": ARITH_TASKS.names(),                     # lengen.arith
         "ARITH_FORMATS": list(FORMATS),                         # lengen.arith.formats
-        "ARITH_POSITIONS": ARITH_POSITIONS.names(),             # lengen.arith.positions
+        "ARITH_POSITIONS": ARITH_POSITIONS.names(),             # lengen.arith.coupling
         "LM_PROTOCOLS": list(PROTOCOLS),                        # lengen.lm.evaluate
         "HF_PROTOCOLS": list(METRIC),                           # lengen.hf.evaluate
         "USED_BY": {option: used_by(option) for option in USED_BY},  # lengen.protocols.options

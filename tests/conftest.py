@@ -31,7 +31,7 @@ def one_thread():
 def command_handlers():
     """Every command's handler module, imported before any test runs. `lengen` imports a handler
     when its command first runs; in a test session that could be inside a test that monkeypatches
-    a library function the handler imports by name (`from lengen.training.loop import train`),
+    a library function the handler imports by name (`from lengen.che.loop import train`),
     which would then stay bound there for the tests after it."""
     for name in handlers(build_parser()).values():
         handler(name)

@@ -371,7 +371,7 @@ def test_the_committed_inspect_example_is_what_its_checkpoint_gives(tmp_path):
     `lengen inspect` computes from the committed checkpoint (so a changed PCA, sampler or model
     fails here, not silently in the docs), and its score what `lengen eval` gives."""
     from lengen.inspect import activation_pca, open_run
-    from lengen.training.loop import evaluate_run
+    from lengen.che.loop import evaluate_run
     from lengen.training.run_dir import RunDir
 
     pages = docs_pages()

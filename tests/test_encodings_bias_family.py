@@ -399,7 +399,7 @@ def test_every_encoding_learns_an_easy_task_with_every_sampler(pe, positions):
 # -- presets ----------------------------------------------------------------------------------
 
 def test_presets_name_real_components():
-    from lengen.training.options import TRAIN_OPTIONS as FLAG_TARGETS
+    from lengen.che.options import TRAIN_OPTIONS as FLAG_TARGETS
 
     assert {"ruoss-randomized", "su-equal-mean", "fire", "fire-s"} <= set(PRESETS)
     for name, preset in PRESETS.items():

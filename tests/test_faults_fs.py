@@ -154,7 +154,7 @@ def test_check_writable_creates_nothing_and_refuses_files_and_read_only_places(t
 @pytest.mark.parametrize("where", ["under_ro", "ro", "file", "under_file"])
 def test_train_into_an_unwritable_out_is_refused_before_training(where, ro, a_file, monkeypatch, capsys):
     out = {"under_ro": ro / "run", "ro": ro, "file": a_file, "under_file": a_file / "run"}[where]
-    no_work(monkeypatch, "lengen.training.loop.train")
+    no_work(monkeypatch, "lengen.che.loop.train")
     assert main(["train", *TINY, "--out", str(out)]) == 2
     one_error_line(capsys, out, "choose another --out")
     assert os.listdir(ro) == [] and a_file.read_text() == "not a folder\n"
@@ -171,7 +171,7 @@ def test_lm_and_mlm_train_into_an_unwritable_out_are_refused_before_training(kin
 
 
 def test_demo_into_a_read_only_folder_is_refused_before_training(ro, monkeypatch, capsys):
-    no_work(monkeypatch, "lengen.training.loop.train")
+    no_work(monkeypatch, "lengen.che.loop.train")
     assert main(["demo", "--out", str(ro / "demo"), "--steps", "2", "--no-progress"]) == 2
     one_error_line(capsys, ro / "demo")
 
@@ -181,7 +181,7 @@ def test_demo_into_a_read_only_folder_is_refused_before_training(ro, monkeypatch
 def test_eval_of_a_read_only_run_is_refused_before_evaluating(che_run, tmp_path, mounts, monkeypatch, capsys):
     run = mounts(tmp_path / "ro", "ro", holding=che_run)
     before = snapshot(run)
-    no_work(monkeypatch, "lengen.training.loop.evaluate_run")
+    no_work(monkeypatch, "lengen.che.loop.evaluate_run")
     assert main(["eval", str(run), "--max-length", "6", "--no-progress"]) == 2
     one_error_line(capsys, run, "Read-only file system", "writable")
     assert snapshot(run) == before
@@ -271,7 +271,7 @@ def test_an_os_error_escaping_a_command_is_one_line_naming_the_path(monkeypatch,
     (["--positions", "randomized", "--position-option", "max_position=inf"], "--position-option max_position"),
 ])
 def test_train_refuses_non_finite_numbers_before_training(args, says, tmp_path, monkeypatch, capsys):
-    no_work(monkeypatch, "lengen.training.loop.train")
+    no_work(monkeypatch, "lengen.che.loop.train")
     assert main(["train", *TINY, *args, "--out", str(tmp_path / "run")]) == 2
     one_error_line(capsys, says)
     assert not (tmp_path / "run").exists()
@@ -282,7 +282,7 @@ def test_train_refuses_non_finite_numbers_before_training(args, says, tmp_path, 
     (["lm", "train", *LM_TINY, "--weight-decay", "inf"], "lengen.lm.train.train_lm"),
     (["mlm", "train", *LM_TINY, "--mask-rate", "nan"], "lengen.mlm.train.train_mlm"),
     (["mlm", "train", *LM_TINY, "--val-fraction", "inf"], "lengen.mlm.train.train_mlm"),
-    (["demo", "--lr", "inf", "--no-progress"], "lengen.training.loop.train"),
+    (["demo", "--lr", "inf", "--no-progress"], "lengen.che.loop.train"),
 ])
 def test_other_commands_refuse_non_finite_flags(cmd, work, tmp_path, monkeypatch, capsys):
     no_work(monkeypatch, work)
@@ -305,7 +305,7 @@ def test_configs_refuse_non_finite_numbers_whatever_built_them():
     from lengen.lm.config import LMConfig
     from lengen.mlm.config import MLMConfig
     from lengen.models.config import ModelConfig
-    from lengen.training.options import config_from_options
+    from lengen.che.options import config_from_options
 
     nan, inf = math.nan, math.inf
     cases = [

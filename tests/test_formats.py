@@ -2,7 +2,7 @@
 
 import pytest
 
-from lengen.formats import format_table, parse_value
+from lengen.formatting import format_table, parse_value
 
 
 @pytest.mark.parametrize("text,value", [
@@ -32,6 +32,6 @@ def test_format_table():
 
 @pytest.mark.parametrize("n,text", [(0, "0 threads"), (1, "1 thread"), (2, "2 threads"), (16, "16 threads")])
 def test_count_noun(n, text):
-    from lengen.formats import count_noun
+    from lengen.formatting import count_noun
 
     assert count_noun(n, "thread") == text

@@ -1,4 +1,4 @@
-"""Training many models at once (lengen.training.group): each model of a group ends where
+"""Training many models at once (lengen.che.group): each model of a group ends where
 `train` alone takes it, clipping is per model, an interrupted group resumes exactly, and
 configs that cannot share one forward pass are refused."""
 
@@ -17,14 +17,14 @@ from lengen.errors import LengenError
 from lengen.io import load_torch
 from lengen.kernels import model_stack
 from lengen.models import ModelConfig
-from lengen.training import group
-from lengen.training import group_step
-from lengen.training.group_step import plan_buckets
-from lengen.training.config import TrainConfig
-from lengen.training.group import train_group
-from lengen.training.loop import evaluate_run, load_trained, train
+from lengen.che import group
+from lengen.che import group_step
+from lengen.che.group_step import plan_buckets
+from lengen.che.config import TrainConfig
+from lengen.che.group import train_group
+from lengen.che.loop import evaluate_run, load_trained, train
 from lengen.training.run_dir import RunDir
-from lengen.training.setup import build_run
+from lengen.che.setup import build_run
 
 ALL_ENCODINGS = ["none", "sincos", "learned", "relative", "alibi", "rope", "t5", "kerple_log", "kerple_power",
                  "sandwich", "fire", "fire_shared", "p_rope", "fope",

@@ -68,11 +68,11 @@ def test_the_check_sees_a_function_level_import(tmp_path):
     pkg.mkdir(parents=True)
     (pkg / "mod.py").write_text(
         "import torch\n\n\n"
-        "def f():\n    import numpy as np\n    from lengen.training import loop\n"
+        "def f():\n    import numpy as np\n    from lengen.che import loop\n"
         "    from . import sibling\n    from lengen import hf\n    import matplotlib.pyplot as plt\n\n\n"
         "class C:\n    def g(self):\n        import yaml\n\n        def h():\n            from ray import tune\n")
     found = violations([pkg / "mod.py"], root=tmp_path / "lengen")
-    assert found == ["lengen/demo_pkg/mod.py:5: numpy", "lengen/demo_pkg/mod.py:6: lengen.training",
+    assert found == ["lengen/demo_pkg/mod.py:5: numpy", "lengen/demo_pkg/mod.py:6: lengen.che",
                      "lengen/demo_pkg/mod.py:7: lengen.demo_pkg", "lengen/demo_pkg/mod.py:14: yaml"]
 
 

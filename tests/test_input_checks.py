@@ -17,9 +17,9 @@ from lengen.inspect import check_memory
 from lengen.models.config import ModelConfig, model_label
 from lengen.options import parse_key_values
 from lengen.registry import Registry
-from lengen.reports.compare import resolve_variant
+from lengen.reports.che_compare import resolve_variant
 from lengen.tasks import get_task
-from lengen.training.config import TrainConfig
+from lengen.che.config import TrainConfig
 
 TINY = ["--layers", "1", "--heads", "2", "--d-model", "16", "--d-ff", "32", "--device", "cpu", "--no-progress"]
 

@@ -18,8 +18,8 @@ from lengen.inspect import (
 )
 from lengen.inspect.attention import attention_modules
 from lengen.models import CHEModel, ModelConfig
-from lengen.training.config import TrainConfig
-from lengen.training.loop import train
+from lengen.che.config import TrainConfig
+from lengen.che.loop import train
 from lengen.training.run_dir import RunDir
 
 N, L = 4, 8

@@ -17,11 +17,11 @@ from lengen.lm.model import DecoderLM
 from lengen.models import CHEModel, ModelConfig, Transformer
 from lengen.models.attention import AttentionContext
 from lengen.models.logit_scaling import logit_scale_factor
-from lengen.reports import aggregate
+from lengen.reports import che_aggregate as aggregate
 from lengen.reports.lm_aggregate import layer_pattern_label
 from lengen.reports.lm_aggregate import variant_label
 from lengen.sweeps import run_id
-from lengen.training.config import TrainConfig
+from lengen.che.config import TrainConfig
 
 H, D, T = 2, 16, 7
 
@@ -313,8 +313,8 @@ def test_rope_methods_on_other_mixtures_are_refused():
 ])
 def test_group_training_equals_solo(tmp_path, pe, layer_pe, scale, causal):
     from lengen.io import load_torch
-    from lengen.training.group import train_group
-    from lengen.training.loop import train
+    from lengen.che.group import train_group
+    from lengen.che.loop import train
     cfgs = [TrainConfig(task="reverse_string", steps=20, batch_size=8, train_length=5, max_length=7,
                         eval_samples=8, lr=lr, seed=seed, checkpoint_every=10, log_every=10, device="cpu",
                         model=ModelConfig(num_layers=2, num_heads=2, d_model=16, d_ff=32, dropout=0.0, pe=pe,

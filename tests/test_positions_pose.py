@@ -19,7 +19,7 @@ from lengen.errors import LengenError
 from lengen.lm.model import DecoderLM
 from lengen.models.config import ModelConfig
 from lengen.positions import build_sampler
-from lengen.reports import aggregate as che_agg
+from lengen.reports import che_aggregate as che_agg
 from lengen.reports import lm_aggregate
 from lengen.reports.mlm import add_variants as mlm_variants
 from lengen.sweeps.spec import SweepSpecError, expand, load_spec

@@ -24,12 +24,12 @@ from lengen.models.recurrent import (
     stack_update,
     tape_update,
 )
-from lengen.reports import aggregate as agg
+from lengen.reports import che_aggregate as agg
 from lengen.sweeps import expand, parse_spec, run_id
-from lengen.training.config import TrainConfig
-from lengen.training.loop import load_trained, train
+from lengen.che.config import TrainConfig
+from lengen.che.loop import load_trained, train
 from lengen.training.run_dir import RunDir
-from lengen.training.setup import build_run
+from lengen.che.setup import build_run
 
 RECURRENT = ["rnn", "lstm", "stack_rnn", "tape_rnn"]
 T = torch.tensor

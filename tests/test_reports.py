@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from lengen.cli import main
-from lengen.reports import aggregate as agg
-from lengen.reports.compare import compare_variants, versus, versus_markdown
+from lengen.reports import che_aggregate as agg
+from lengen.reports.che_compare import compare_variants, versus, versus_markdown
 from lengen.reports.published import compare, comparable, published_table1
 from lengen.reports.render import cell_texts, markdown
 
@@ -232,7 +232,7 @@ def test_figure4_line_colours_are_distinct_and_not_the_marker_colour():
 
 
 def test_best_runs_picks_the_highest_score_per_cell_first_on_ties():
-    from lengen.reports.aggregate import best_runs
+    from lengen.reports.che_aggregate import best_runs
 
     runs = pd.DataFrame([
         # task, variant, run_id, score: the expected pick of each cell is written out below

@@ -9,7 +9,7 @@ import torch
 
 from lengen import io
 from lengen.cli import main
-from lengen.training import loop
+from lengen.che import loop
 
 TINY = ["--task", "parity_check", "--steps", "12", "--batch-size", "8", "--train-length", "3", "--max-length",
         "5", "--eval-samples", "16", "--layers", "1", "--heads", "2", "--d-model", "8", "--d-ff", "16",

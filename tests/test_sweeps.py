@@ -23,10 +23,10 @@ from lengen.sweeps.presets import preset_names
 from lengen.sweeps.results import ResultsWriter, varying_columns
 from lengen.sweeps.spec import count_points
 from lengen.sweeps.sweep_dir import SweepDir
-from lengen.training import loop
-from lengen.training.config import TrainConfig
-from lengen.training.loop import TrainingDiverged, train
-from lengen.training.options import config_from_options
+from lengen.che import loop
+from lengen.che.config import TrainConfig
+from lengen.che.loop import TrainingDiverged, train
+from lengen.che.options import config_from_options
 from test_lm_sweeps import TINY as TINY_LM
 
 TINY = {"task": "parity_check", "steps": 20, "batch_size": 8, "train_length": 3, "max_length": 5,

@@ -15,8 +15,8 @@ from lengen._threads import LOWER_AT, RAISE_BELOW, OthersLoad, ThreadGovernor, d
 from lengen.cli import main
 from lengen.models import ModelConfig
 from lengen.sweeps.local import run_in_process
-from lengen.training.config import TrainConfig
-from lengen.training.group import train_group
+from lengen.che.config import TrainConfig
+from lengen.che.group import train_group
 from tiny_lm import TINY
 
 _spec = importlib.util.spec_from_file_location("shared_cpu", os.path.join(os.path.dirname(__file__), "..",

@@ -82,8 +82,8 @@ def test_lengen_s_own_computations_do_not_depend_on_the_thread_count(tmp_path, m
     backward, dropout masks, fused Adam, clipping) gives the same bits on 1 and 2 threads."""
     from lengen.io import load_torch
     from lengen.models import ModelConfig
-    from lengen.training.config import TrainConfig
-    from lengen.training.loop import train
+    from lengen.che.config import TrainConfig
+    from lengen.che.loop import train
 
     monkeypatch.setattr(torch.nn.LayerNorm, "forward", _composite_layer_norm)
     model = ModelConfig(num_layers=2, num_heads=8, d_model=64, d_ff=256, dropout=0.1, pe="rope")

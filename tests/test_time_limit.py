@@ -13,8 +13,8 @@ from lengen.cli import main
 from lengen.io import load_torch
 from lengen.training import deadline
 from lengen.training.deadline import DeadlineReached
-from lengen.training.group import train_group
-from lengen.training.loop import train
+from lengen.che.group import train_group
+from lengen.che.loop import train
 from test_group_training import tiny, weight_diffs
 from test_sweeps import TIMING, read_csv, write_spec
 

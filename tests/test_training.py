@@ -5,9 +5,9 @@ import json
 import pytest
 
 from lengen.models import ModelConfig
-from lengen.training import loop
-from lengen.training.config import TrainConfig
-from lengen.training.loop import train
+from lengen.che import loop
+from lengen.che.config import TrainConfig
+from lengen.che.loop import train
 
 
 def small_cfg(**kw):

@@ -3,7 +3,7 @@
 `pe` names what the model knows of positions: an attention encoding of lengen.encodings (`rope`,
 `fire`, `learned`, `none` = NoPE, ...), `abacus` (Abacus embeddings with NoPE, McLeish et al.'s
 best), or `abacus+ENCODING` (both: `abacus+fire`, `abacus+rope`). `positions` is where the
-encoding's positions come from (lengen.arith.positions: `standard` or `coupled`)."""
+encoding's positions come from (lengen.arith.coupling: `standard` or `coupled`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.arith import ARITH_TASKS, ArithTask, get_arith_task
 from lengen.arith.abacus import ABACUS_ROWS
 from lengen.arith.formats import FORMATS
-from lengen.arith.positions import ARITH_POSITIONS
+from lengen.arith.coupling import ARITH_POSITIONS
 from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError, did_you_mean, unknown_name
@@ -53,7 +53,7 @@ class ArithConfig:
     task: str = "addition"             # lengen.arith.ARITH_TASKS
     format: str = "reversed"           # reversed | padded | plain (lengen.arith.formats)
     pe: str = "abacus"                 # ENCODING, abacus or abacus+ENCODING
-    positions: str = "standard"        # standard | coupled (lengen.arith.positions)
+    positions: str = "standard"        # standard | coupled (lengen.arith.coupling)
     abacus_k: int = 99                 # Abacus training offset: k ~ U{0..abacus_k}
     train_digits: int = 5              # operands of 1..N digits in training
     test_digits: int = 8               # the evaluation grid: 1..M digits

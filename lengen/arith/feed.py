@@ -1,4 +1,4 @@
-"""What the model reads besides the tokens: the encoding's positions (lengen.arith.positions) and,
+"""What the model reads besides the tokens: the encoding's positions (lengen.arith.coupling) and,
 for an Abacus model, the abacus ids, with their training offsets drawn from one torch generator."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from lengen.arith.abacus import abacus_ids, draw_offset
-from lengen.arith.positions import ARITH_POSITIONS
+from lengen.arith.coupling import ARITH_POSITIONS
 
 
 class Feeder:

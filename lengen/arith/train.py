@@ -1,4 +1,4 @@
-"""Train an arithmetic decoder with lengen's LM loop (lengen.lm.loop: AdamW, warmup + cosine
+"""Train an arithmetic decoder with lengen's LM loop (lengen.training.corpus_loop: AdamW, warmup + cosine
 schedule, resumable checkpoints holding every random stream), then evaluate it over the heat map
 (lengen.arith.evaluate) into eval.json. Each step draws a fresh batch of problems (the loop's
 numpy generator); the loss is the cross-entropy of the answer tokens and the EOS after them."""
@@ -19,7 +19,7 @@ from lengen.arith.feed import Feeder
 from lengen.arith.formats import encode
 from lengen.arith.model import ArithLM, build_model
 from lengen.devices import precision_context, resolve_device, to_device
-from lengen.lm.loop import CorpusObjective, train_on_corpus
+from lengen.training.corpus_loop import CorpusObjective, train_on_corpus
 from lengen.models.config import model_label
 
 
@@ -46,7 +46,7 @@ def answer_loss(model: ArithLM, batch, positions: torch.Tensor, ids: torch.Tenso
 def train_arith(cfg: ArithConfig, out: str | Path, progress: bool = True,
                 on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`; write eval.json (the heat map up to cfg.test_digits);
-    return its record (`note` as for lengen.lm.loop.train_on_corpus)."""
+    return its record (`note` as for lengen.training.corpus_loop.train_on_corpus)."""
     cfg.validate()
     device = resolve_device(cfg.device)
     task, feeder = cfg.build_task(), Feeder(cfg)

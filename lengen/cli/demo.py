@@ -9,9 +9,9 @@ from pathlib import Path
 from lengen.cli.options import format_table, set_threads
 from lengen.io import check_writable
 from lengen.models.config import ModelConfig
-from lengen.training.config import TrainConfig
-from lengen.training.loop import train
-from lengen.training.plots import plot_accuracy
+from lengen.che.config import TrainConfig
+from lengen.che.loop import train
+from lengen.che.plots import plot_accuracy
 
 
 def run(args) -> int:

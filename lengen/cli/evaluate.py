@@ -6,10 +6,10 @@ from lengen.cli.options import set_threads
 from lengen.cli.train import print_eval
 from lengen.errors import LengenError
 from lengen.io import check_writable
-from lengen.training.config import TrainConfig
-from lengen.training.loop import evaluate_run
+from lengen.che.config import TrainConfig
+from lengen.che.loop import evaluate_run
 from lengen.training.run_dir import RunDir
-from lengen.training.setup import default_test_mode
+from lengen.positions import default_test_mode
 
 
 def run(args) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lengen.cli import corpus_lm
+from lengen.cli import corpus_training
 from lengen.cli.options import set_threads
 from lengen.extrapolation import split_methods
 from lengen.lm.evaluate import LMEvalConfig, evaluate_lm
@@ -24,7 +24,7 @@ PROTOCOL_TEXT = {"ppl": "the first L tokens of each validation document (from it
                  "last-segment": "the same last --segment tokens of each document's first L tokens"}
 
 def run_train(args) -> int:
-    return corpus_lm.train_from_args(args, LM_OPTIONS, lm_config_from_options, train_lm, RUN_DIR, VALIDATION_LINE)
+    return corpus_training.train_from_args(args, LM_OPTIONS, lm_config_from_options, train_lm, RUN_DIR, VALIDATION_LINE)
 
 
 def run_eval(args) -> int:

@@ -3,7 +3,7 @@ experiment; docs/mlm.md): train at one length, score masked tokens at longer one
 
 from __future__ import annotations
 
-from lengen.cli import corpus_lm
+from lengen.cli import corpus_training
 from lengen.cli.options import set_threads
 from lengen.mlm.evaluate import MLMEvalConfig, evaluate_mlm
 from lengen.mlm.options import MLM_OPTIONS, mlm_config_from_options
@@ -17,7 +17,7 @@ VALIDATION_LINE = ("validation at the training length {train_length} ({val_test_
                    "{unigram_bpb:.3f}; {val_masked_tokens:,} masked tokens)")
 
 def run_train(args) -> int:
-    return corpus_lm.train_from_args(args, MLM_OPTIONS, mlm_config_from_options, train_mlm, RUN_DIR,
+    return corpus_training.train_from_args(args, MLM_OPTIONS, mlm_config_from_options, train_mlm, RUN_DIR,
                                      VALIDATION_LINE)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lengen._threads import fix_threads
 from lengen.errors import LengenError
-from lengen.formats import format_table, parse_value  # noqa: F401 - the commands import them from here
+from lengen.formatting import format_table, parse_value  # noqa: F401 - the commands import them from here
 from lengen.options import parse_key_values  # noqa: F401 - the commands import it from here
 
 

@@ -8,7 +8,7 @@ from lengen import reports  # build_report by attribute: a test can stand in for
 from lengen.errors import LengenError
 from lengen.io import check_writable
 from lengen.reports.che import file_variant_labels, variant_runs
-from lengen.reports.compare import compare_variants, comparison_markdown, resolve_variant, versus, versus_markdown
+from lengen.reports.che_compare import compare_variants, comparison_markdown, resolve_variant, versus, versus_markdown
 from lengen.reports.lm_compare import lm_versus_text
 from lengen.reports.mlm_compare import mlm_versus_text
 from lengen.sweeps.kinds.lm import metric_of, protocol_of

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from lengen.cli.options import format_table, options_from_args, set_threads
 from lengen.io import check_writable
-from lengen.training.config import TRAIN_OPTIONS, TrainConfig
-from lengen.training.loop import train
-from lengen.training.options import check_given_options, config_from_options
+from lengen.che.config import TRAIN_OPTIONS, TrainConfig
+from lengen.che.loop import train
+from lengen.che.options import check_given_options, config_from_options
 
 
 def config_from_args(args) -> TrainConfig:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the model imports the encodings; only type hints go the oth
 
 def under_vmap(*tensors: torch.Tensor) -> bool:
     """Whether any of `tensors` is batched by torch.func.vmap (a group of models trained as one
-    stack, lengen.training.stack): hand-written autograd Functions and in-place blocks are not
+    stack, lengen.che.stack): hand-written autograd Functions and in-place blocks are not
     vmap rules, so an encoding takes its plain-op path then. The one use of torch's private
     `is_batchedtensor` in lengen (present in torch 2.5-2.13)."""
     return any(is_batchedtensor(t) for t in tensors)
@@ -49,7 +49,7 @@ class PositionalEncoding(nn.Module):
     causal_past_only: bool = False
     #: parameters kept in [min, max] (None: open) by projecting them in place before each
     #: forward pass, a projected-gradient constraint (KERPLE); `project` applies it, and a stack
-    #: of models trained together applies it to the stacked weights (lengen.training.group)
+    #: of models trained together applies it to the stacked weights (lengen.che.group)
     bounds: dict[str, tuple[float | None, float | None]] = {}
 
     @property

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from lengen.errors import LengenError
-from lengen.formats import parse_value
+from lengen.formatting import parse_value
 from lengen.options import check_finite
 from lengen.extrapolation.base import ExtrapolationMethod
 

@@ -37,7 +37,7 @@ from lengen.data.sources import resolve_source
 from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
-from lengen.formats import count_noun
+from lengen.formatting import count_noun
 from lengen.hf.arch import inspect_model
 from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
                                 load_reason, load_tokenizer, nll_fn, read_config, sequences_digest)

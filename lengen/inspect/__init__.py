@@ -26,11 +26,11 @@ from lengen.inspect.attention import attention_maps, attention_modules, head_sum
 from lengen.inspect.plots import plot_activations, plot_attention
 from lengen.models.config import model_label
 from lengen.positions import evaluation_sampler
-from lengen.training.config import TrainConfig
-from lengen.training.evaluation import length_generator
+from lengen.che.config import TrainConfig
+from lengen.che.evaluation import length_generator
 from lengen.training.run_dir import RunDir
-from lengen.training.loop import load_trained
-from lengen.training.setup import RunParts, total_length
+from lengen.che.loop import load_trained
+from lengen.che.setup import RunParts, total_length
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Attention for a stack of models under torch.func.vmap (lengen.training.group).
+"""Attention for a stack of models under torch.func.vmap (lengen.che.group).
 
 vmap cannot see into the fused CPU kernel (a ctypes call) and torch's CPU SDPA has no batching
 rule (vmap would fall back to a slow per-slice loop with a warning), so `stacked_attention` is an

@@ -1,6 +1,6 @@
 """Decoder-only byte-level language models: a KV cache of un-rotated keys, training-free RoPE
 extrapolation at evaluation time, training (lengen.lm.train, on the corpus-training loop
-lengen.lm.loop that the masked LM shares) and evaluation (lengen.lm.evaluate)."""
+lengen.training.corpus_loop that the masked LM shares) and evaluation (lengen.lm.evaluate)."""
 
 from lengen.data.tokenizer import ByteTokenizer
 from lengen.lm.cache import DecoderCache

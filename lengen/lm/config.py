@@ -8,7 +8,7 @@ from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
 from lengen.models.config import ARITH_KEY, ARITH_RUN, CHE_RUN, MLM_RUN, ModelConfig, run_config_from_dict
-from lengen.options import check_finite_fields
+from lengen.training.corpus_loop import check_corpus_run_numbers
 from lengen.positions import SAMPLERS
 
 
@@ -16,27 +16,6 @@ def default_lm_model() -> ModelConfig:
     """About 0.8M parameters: big enough to beat a unigram model clearly in ~10 CPU minutes."""
     return ModelConfig(num_layers=4, num_heads=4, d_model=128, d_ff=512, dropout=0.0, norm="pre",
                        causal=True, pe="rope", embed_scale=False, max_position=8192)
-
-
-def check_corpus_run_numbers(cfg) -> None:
-    """The range checks every corpus-trained run config (LMConfig, MLMConfig) shares: sizes and
-    intervals >= 1, steps, warmup and weight-decay >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1),
-    and every number finite (first: NaN passes every range check, nan <= 0 is False)."""
-    check_finite_fields(cfg)
-    for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
-        if getattr(cfg, name) < 1:
-            raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("steps", "warmup", "weight_decay"):  # a negative decay pushes weights away from 0
-        if getattr(cfg, name) < 0:
-            raise LengenError(f"{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
-    if cfg.lr <= 0:
-        raise LengenError(f"lr must be > 0, got {cfg.lr}")
-    if cfg.seed < 0:
-        raise LengenError(f"seed must be >= 0, got {cfg.seed}")
-    if not cfg.grad_clip > 0:
-        raise LengenError(f"grad-clip must be > 0, got {cfg.grad_clip}")
-    if not 0.0 < cfg.val_fraction < 1.0:
-        raise LengenError(f"val-fraction must be in (0, 1), got {cfg.val_fraction}")
 
 
 @dataclass

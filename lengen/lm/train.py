@@ -1,6 +1,6 @@
 """Train a decoder LM on random windows of a corpus, then report validation perplexity at the
 training length next to a unigram baseline. The loop (AdamW, warmup + cosine schedule, gradient
-clipping, resumable checkpoints holding every random stream) is lengen.lm.loop's; this module is
+clipping, resumable checkpoints holding every random stream) is lengen.training.corpus_loop's; this module is
 the decoder LM's part of it: next-token cross-entropy on windows drawn with the loop's numpy
 generator, at the training positions (cfg.positions: 0..T-1, or a sampler's such as PoSE, one
 draw per window from a torch generator saved in the checkpoint as "positions"), and the
@@ -25,12 +25,11 @@ from lengen.data.tokenizer import ByteTokenizer
 from lengen.devices import precision_context, resolve_device, to_device
 from lengen.errors import LengenError
 from lengen.lm.config import LMConfig
-from lengen.lm.loop import CorpusObjective, train_on_corpus
+from lengen.training.corpus_loop import CorpusObjective, train_on_corpus
 from lengen.lm.model import DecoderLM
 from lengen.models.config import model_label
-from lengen.positions import PositionSampler, build_sampler, draw_positions
+from lengen.positions import PositionSampler, build_sampler, check_positions_fit, draw_positions
 from lengen.protocols import perplexity_vs_length, token_counts, unigram_nll_fn
-from lengen.training.setup import check_positions_fit
 
 
 def build_model(cfg: LMConfig) -> DecoderLM:
@@ -79,7 +78,7 @@ def train_lm(cfg: LMConfig, out: str | Path, progress: bool = True,
              on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`; write eval.json; return its record. `on_log(step, row)`
     is called with every metrics row (sweeps report progress through it); `note` as for
-    lengen.lm.loop.train_on_corpus."""
+    lengen.training.corpus_loop.train_on_corpus."""
     cfg.validate()
     device = resolve_device(cfg.device)  # a missing GPU fails here, before anything is loaded or written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)  # bad corpus -> LengenError before touching `out`

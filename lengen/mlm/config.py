@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from lengen.devices import check_precision
 from lengen.encodings import ENCODINGS
 from lengen.errors import LengenError
-from lengen.lm.config import check_corpus_run_numbers
+from lengen.training.corpus_loop import check_corpus_run_numbers
 from lengen.models.config import ARITH_KEY, ARITH_RUN, CHE_RUN, LM_RUN, ModelConfig, run_config_from_dict
 from lengen.positions import SAMPLERS
 

@@ -30,12 +30,11 @@ from lengen.io import check_writable
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
-from lengen.positions import TEST_MODES, PositionSampler, evaluation_sampler
+from lengen.positions import TEST_MODES, PositionSampler, check_positions_fit, default_test_mode, evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.protocols import token_counts, unigram_logits_fn, write_results
 from lengen.protocols.report import pivot_table
 from lengen.training.run_dir import RunDir
-from lengen.training.setup import check_positions_fit, default_test_mode
 
 EVAL_SEED = 1234
 LOG_N = ("off", "on", "both")

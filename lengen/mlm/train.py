@@ -1,4 +1,4 @@
-"""Train a masked LM on random windows of a corpus with the decoder LM's loop (lengen.lm.loop:
+"""Train a masked LM on random windows of a corpus with the decoder LM's loop (lengen.training.corpus_loop:
 AdamW, warmup + cosine schedule, resumable checkpoints); then score the validation windows at the
 training length next to a unigram baseline (eval.json). This module is the masked LM's part:
 masks, training positions and the masked-token loss.
@@ -21,14 +21,13 @@ import torch.nn.functional as F
 from lengen.data import load_corpus, sample_windows
 from lengen.devices import precision_context, resolve_device, to_device
 from lengen.errors import LengenError
-from lengen.lm.loop import CorpusObjective, train_on_corpus
+from lengen.training.corpus_loop import CorpusObjective, train_on_corpus
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.evaluate import validate
 from lengen.mlm.masking import IGNORE, mask_tokens
 from lengen.mlm.model import MaskedLM
 from lengen.models.config import model_label
-from lengen.positions import PositionSampler, build_sampler, draw_positions
-from lengen.training.setup import check_positions_fit, default_test_mode
+from lengen.positions import PositionSampler, build_sampler, check_positions_fit, default_test_mode, draw_positions
 
 
 def build_model(cfg: MLMConfig) -> MaskedLM:
@@ -73,7 +72,7 @@ def mlm_loss(model: MaskedLM, inputs: torch.Tensor, targets: torch.Tensor, posit
 def train_mlm(cfg: MLMConfig, out: str | Path, progress: bool = True,
               on_log: Callable[[int, dict], None] | None = None, note: Callable[[str], None] | None = print) -> dict:
     """Train (or resume) the run in `out`; write eval.json; return its record (`note` as for
-    lengen.lm.loop.train_on_corpus)."""
+    lengen.training.corpus_loop.train_on_corpus)."""
     model, sampler = build_run(cfg)       # bad combinations fail here, before anything is loaded
     device = resolve_device(cfg.device)   # a missing GPU fails before anything is written
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)

@@ -5,7 +5,7 @@ scaled_dot_product_attention otherwise (an additive bias goes in as attn_mask).
 Attention variants (ModelConfig.logit_scale, ModelConfig.key_norm) apply in training and
 evaluation alike; see lengen/models/logit_scaling.py.
 
-The same modules serve one model and a stack of models trained together (lengen.training.group
+The same modules serve one model and a stack of models trained together (lengen.che.group
 runs this forward under torch.func.vmap over stacked weights): a stack member's forward carries a
 `StackMember` in its context, with the key padding of its sequence, its real key count and the
 attention kernel that works under vmap."""
@@ -29,7 +29,7 @@ from lengen.models.logit_scaling import logit_scale_factor, ssmax_init
 
 @dataclass
 class StackMember:
-    """One model of a stack trained together (lengen.training.group), seen from inside vmap. Its
+    """One model of a stack trained together (lengen.che.group), seen from inside vmap. Its
     sequence is padded at the end to the stack's longest: padded keys get -inf (no real query sees
     them, and they get no gradient) and log-n scaling counts the real keys. `dropout_keep` holds
     the member's dropout masks, drawn outside vmap from its own stream (lengen.models.dropout)."""

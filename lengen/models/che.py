@@ -40,7 +40,7 @@ class CHEModel(nn.Module):
     def padded_logits(self, tokens, positions, readout_index, stack: StackMember):
         """Logits [B, O, V] at the positions `readout_index` [O] of a sequence padded at the end
         ([input, EMPTY output slots, padding]): one model of a stack trained together
-        (lengen.training.group calls it under vmap, each member with its own readout positions)."""
+        (lengen.che.group calls it under vmap, each member with its own readout positions)."""
         return self.readout(self.hidden(tokens, positions, stack).index_select(1, readout_index))
 
     def num_parameters(self) -> int:

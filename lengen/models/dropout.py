@@ -4,7 +4,7 @@ At the CHE model's sizes nn.Dropout spends its time in the generator, one draw p
 Each 64-bit draw here feeds four elements (16 bits each), which makes the mask ~4x cheaper;
 the keep probability is rounded to a multiple of 1/65536. Other devices use F.dropout.
 
-A model of a stack trained together (lengen.training.group) draws its masks outside vmap from its
+A model of a stack trained together (lengen.che.group) draws its masks outside vmap from its
 own generator, in the order and shapes its forward calls dropout, so on the CPU it gets the masks
 it would draw alone; the forward passes them in through `stack` (models.attention.StackMember)."""
 

@@ -20,7 +20,7 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        # one module per dropout call: a stack of models plans one mask per module (training.group)
+        # one module per dropout call: a stack of models plans one mask per module (che.group)
         self.attn_drop = Dropout(cfg.dropout)
         self.ff_drop = Dropout(cfg.dropout)
 
@@ -36,7 +36,7 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Embeddings in, hidden states out. `pos` is [1, T] or [B, T], integer or float. `attention`
     is the attention module of every block (a SelfAttention subclass: the LM's DecoderAttention).
-    `stack`: this forward is one model of a vmapped stack (lengen.training.group), which checks the
+    `stack`: this forward is one model of a vmapped stack (lengen.che.group), which checks the
     positions itself, outside vmap (a check that reads values cannot run under vmap)."""
 
     def __init__(self, cfg: ModelConfig, attention: type[SelfAttention] = SelfAttention):

@@ -42,4 +42,22 @@ def draw_positions(sampler: PositionSampler, length: int, batch: int, gen: torch
     return torch.cat([sampler(length, gen) for _ in range(batch)])
 
 
-__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "draw_positions", "evaluation_sampler"]
+def default_test_mode(positions: str) -> str:
+    return "random" if positions == "randomized" else "standard"
+
+
+def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
+    """Float positions need an encoding that accepts them; a position table must have a row for
+    every position the sampler can produce."""
+    pe.check_sampler(sampler)
+    sampler.check_length(longest)
+    rows = pe.position_table_size
+    if rows is not None and sampler.position_bound(longest) > rows:
+        raise LengenError(
+            f"{what}: sequences of {longest} tokens need positions up to "
+            f"{int(sampler.position_bound(longest)) - 1}, but the {pe.name!r} table has only "
+            f"max_position={rows} rows; raise --max-position or lower the length"
+        )
+
+
+__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "check_positions_fit", "default_test_mode", "draw_positions", "evaluation_sampler"]

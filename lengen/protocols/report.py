@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from lengen import io
-from lengen.formats import format_table
+from lengen.formatting import format_table
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

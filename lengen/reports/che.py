@@ -1,6 +1,6 @@
 """The report of a CHE sweep (`command: train`): every table and figure of the seed paper (Ruoss et
 al. 2023), beside its published Table 1, as Markdown, CSV, PNG/SVG and one offline HTML page that
-holds them all. The aggregations are in lengen.reports.aggregate."""
+holds them all. The aggregations are in lengen.reports.che_aggregate."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengen import io
-from lengen.reports import aggregate as agg
+from lengen.reports import che_aggregate as agg
 from lengen.reports import page
 from lengen.reports import published as pub
 from lengen.reports.figures import accuracy_by_length, score_vs_max_position

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from lengen import io
-from lengen.reports.aggregate import best_runs, ordered_tasks, ordered_variants, task_label
+from lengen.reports.che_aggregate import best_runs, ordered_tasks, ordered_variants, task_label
 
 
 def _plt():

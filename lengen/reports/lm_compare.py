@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lengen.errors import LengenError
-from lengen.formats import quoted_list
+from lengen.formatting import quoted_list
 from lengen.reports import lm_aggregate as lm
 from lengen.reports.lm import prepared
 from lengen.reports.render import markdown_rows, md_escape

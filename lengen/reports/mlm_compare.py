@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lengen.errors import LengenError
-from lengen.formats import quoted_list
+from lengen.formatting import quoted_list
 from lengen.reports import mlm
 from lengen.reports.render import markdown_rows, md_escape
 from lengen.reports.stats import Paired, paired

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lengen.formats import count_noun
-from lengen.reports.aggregate import randomized_gain
+from lengen.formatting import count_noun
+from lengen.reports.che_aggregate import randomized_gain
 
 DATA = Path(__file__).with_name("data")
 PAPER_COLUMNS = ["none", "sincos", "relative", "alibi", "rope", "learned",

@@ -8,7 +8,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from lengen.reports.aggregate import task_label
+from lengen.reports.che_aggregate import task_label
 from lengen.tasks import get_task
 
 MISSING = "—"

@@ -1,5 +1,5 @@
 """Which runs of a sweep train together (`lengen sweep run --group-size G`): runs whose configs
-differ only where lengen.training.group allows (seed, lr, grad clip, dropout, evaluation
+differ only where lengen.che.group allows (seed, lr, grad clip, dropout, evaluation
 settings) and that stand at the same step (fresh, or checkpointed at the same step by a group
 that was interrupted) form groups of at most G, in grid order. Every other run, and every run of
 a language-model sweep, is a group of one (plain `lengen train`)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from lengen.options import flatten
-from lengen.training.group import PER_MODEL, PER_MODEL_EVAL
+from lengen.che.group import PER_MODEL, PER_MODEL_EVAL
 
 #: group size when --group-size is not given. 1 (no grouping) on both for now: on the 2-core CPU a
 #: group of 8 paper-sized models trains at 0.73-0.93x the model-steps/s of the 8 one after another

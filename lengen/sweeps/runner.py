@@ -13,7 +13,7 @@ import torch
 from lengen import io
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
-from lengen.formats import count_noun
+from lengen.formatting import count_noun
 from lengen.progress import progress_bar
 from lengen.sweeps.spec import SweepSpec, expand
 from lengen.sweeps.status import resumable

@@ -13,9 +13,9 @@ import traceback
 from lengen import io
 from lengen.sweeps.kinds import KINDS
 from lengen.sweeps.sweep_dir import RunLock, SweepDir
-from lengen.training.config import TrainConfig
+from lengen.che.config import TrainConfig
 from lengen.training import deadline
-from lengen.training.group import train_group
+from lengen.che.group import train_group
 
 PROGRESS_EVERY_S = 2.0  # progress.json is rewritten at most this often
 
@@ -30,7 +30,7 @@ def _log(sweep: SweepDir, run_id: str, line: str) -> None:
 
 def job(spec, runs) -> dict:
     """What a worker needs to execute one run of `spec`, or a group of runs trained together
-    (lengen.training.group): plain data, so it pickles to any process."""
+    (lengen.che.group): plain data, so it pickles to any process."""
     return {"kind": spec.command, "runs": [{"run_id": r.run_id, "config": r.config.to_dict()} for r in runs],
             "eval": spec.evaluation, "done_file": spec.kind.done_file(spec.evaluation)}
 
@@ -71,7 +71,7 @@ def execute(sweep_path: str, run_id: str, job: dict, device: str) -> dict:
 
 
 def execute_group(sweep_path: str, job: dict, device: str) -> list[dict]:
-    """Train the runs of `job` together (lengen.training.group.train_group): the members this
+    """Train the runs of `job` together (lengen.che.group.train_group): the members this
     process can lock and that are not done; each keeps its own run directory, log and outcome."""
     sweep = _sweep_dir(sweep_path, job)
     results, members, locks = [], [], []

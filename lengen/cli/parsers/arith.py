@@ -4,7 +4,7 @@ to N digits, evaluate it on every (digits of a, digits of b) up to M (docs/arith
 
 from __future__ import annotations
 
-from lengen.cli.parsers import corpus_lm, values
+from lengen.cli.parsers import corpus_training, values
 from lengen.cli.parsers.common import add_device_arguments
 
 
@@ -43,13 +43,13 @@ so any two runs and any two grids score the same problems in the cells they shar
 
 
 def add_parser(sub) -> None:
-    corpus_lm.add_command_group(sub, "arith", "arithmetic length generalization: addition and multiplication "
+    corpus_training.add_command_group(sub, "arith", "arithmetic length generalization: addition and multiplication "
                                 "with Abacus embeddings and position coupling", __doc__, [_add_train, _add_eval])
 
 
 def _add_train(sub) -> None:
     d = values.ARITH
-    p = corpus_lm.add_subcommand(sub, "train", "train an arithmetic decoder (resumable), then evaluate it",
+    p = corpus_training.add_subcommand(sub, "train", "train an arithmetic decoder (resumable), then evaluate it",
                                  "Train a causal decoder on arithmetic problems of up to --train-digits digits "
                                  "and evaluate it on every cell up to --test-digits.", TRAIN_EPILOG)
     g = p.add_argument_group("task")
@@ -69,9 +69,9 @@ def _add_train(sub) -> None:
                    f"0 at evaluation ({d.abacus_k}, McLeish et al.'s)")
     g.add_argument("--max-position", type=int, help=f"position ids live in [0, max-position): the learned table's "
                    f"rows, and coupled ids' training range ({d.model.max_position})")
-    corpus_lm.add_architecture_arguments(p.add_argument_group("model"), d)
+    corpus_training.add_architecture_arguments(p.add_argument_group("model"), d)
     g = p.add_argument_group("optimisation and run")
-    corpus_lm.add_optimisation_arguments(g, d, "fresh problems",
+    corpus_training.add_optimisation_arguments(g, d, "fresh problems",
                                          "the weights, problems and offsets")
     g.add_argument("--eval-samples", type=int, help=f"problems per evaluation cell ({d.eval_samples})")
     g.add_argument("--eval-seed", type=int, help=f"seed of the evaluation problems ({d.eval_seed})")
@@ -83,7 +83,7 @@ def _add_train(sub) -> None:
 
 
 def _add_eval(sub) -> None:
-    p = corpus_lm.add_subcommand(sub, "eval", "exact match over (digits of a, digits of b) of a trained run",
+    p = corpus_training.add_subcommand(sub, "eval", "exact match over (digits of a, digits of b) of a trained run",
                                  "Evaluate a trained arithmetic run by greedy decoding.", EVAL_EPILOG)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen arith train`")
     p.add_argument("--test-digits", type=int, metavar="M", help="every cell up to M digits (default: the run's)")

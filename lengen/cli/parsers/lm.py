@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lengen.cli.parsers import corpus_lm, values
+from lengen.cli.parsers import corpus_training, values
 from lengen.cli.parsers.common import add_device_arguments, add_logit_scale_arguments, parse_lengths, protocols_only
 
 
@@ -52,29 +52,29 @@ expected answers found as whole words in the greedy continuation.
 
 
 def add_parser(sub) -> None:
-    corpus_lm.add_command_group(sub, "lm", "byte-level decoder language models: train, evaluate against "
+    corpus_training.add_command_group(sub, "lm", "byte-level decoder language models: train, evaluate against "
                                 "length", __doc__, [_add_train, _add_eval])
 
 
 def _add_train(sub) -> None:
     d = values.LM
-    p = corpus_lm.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
+    p = corpus_training.add_subcommand(sub, "train", "train a decoder LM (resumable)", "Train a byte-level "
                                  "decoder LM on random windows of a corpus.", TRAIN_EPILOG)
-    corpus_lm.add_data_arguments(p, d)
-    corpus_lm.add_position_arguments(
+    corpus_training.add_data_arguments(p, d)
+    corpus_training.add_position_arguments(
         p, f"standard, pose, randomized, ... ({d.positions}); evaluation always uses the positions 0..L-1",
         "pose: target=L_t (default max-position), chunks=N, split=half|uniform")
-    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
+    g = corpus_training.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
                                       "default target")
     add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
-    corpus_lm.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
+    corpus_training.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
                                 out_default="runs/lm-PE[-POSITIONS]-LTRAIN-sSEED")
     p.set_defaults(func="lengen.cli.lm:run_train")
 
 
 def _add_eval(sub) -> None:
     d = values.LM_EVAL
-    p = corpus_lm.add_subcommand(sub, "eval", "perplexity / last-segment / passkey / ruler against context "
+    p = corpus_training.add_subcommand(sub, "eval", "perplexity / last-segment / passkey / ruler against context "
                                  "length", "Evaluate a trained LM run against context length.", EVAL_EPILOG)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen lm train`")
     p.add_argument("--methods", default=None,

@@ -3,7 +3,7 @@ experiment; docs/mlm.md): train at one length, score masked tokens at longer one
 
 from __future__ import annotations
 
-from lengen.cli.parsers import corpus_lm, values
+from lengen.cli.parsers import corpus_training, values
 from lengen.cli.parsers.common import add_device_arguments, add_logit_scale_arguments, parse_lengths
 
 
@@ -38,32 +38,32 @@ and results.png into --out (default RUN_DIR/eval-mlm).
 
 
 def add_parser(sub) -> None:
-    corpus_lm.add_command_group(sub, "mlm", "bidirectional byte-level masked LM: train, evaluate against "
+    corpus_training.add_command_group(sub, "mlm", "bidirectional byte-level masked LM: train, evaluate against "
                                 "length", __doc__, [_add_train, _add_eval])
 
 
 def _add_train(sub) -> None:
     d = values.MLM
-    p = corpus_lm.add_subcommand(sub, "train", "train a masked LM (resumable)", "Train a byte-level "
+    p = corpus_training.add_subcommand(sub, "train", "train a masked LM (resumable)", "Train a byte-level "
                                  "bidirectional masked LM on random windows of a corpus.", TRAIN_EPILOG)
-    g = corpus_lm.add_data_arguments(p, d)
+    g = corpus_training.add_data_arguments(p, d)
     g.add_argument("--mask-rate", type=float, help=f"share of positions chosen per window, then "
                    f"80%% MASK / 10%% random byte / 10%% unchanged ({d.mask_rate})")
-    corpus_lm.add_position_arguments(
+    corpus_training.add_position_arguments(
         p, f"standard, randomized, equal_mean, pose ({d.positions})",
         "equal_mean: distribution=exponential|beta, test_length=M, beta_shape=B; pose: target=L_t, chunks=N, "
         "split=half|uniform")
-    g = corpus_lm.add_model_arguments(p, d, max_position="learned-table size and randomized range")
+    g = corpus_training.add_model_arguments(p, d, max_position="learned-table size and randomized range")
     g.add_argument("--key-norm", action="store_true", default=None, help="L2-normalise the keys")
     add_logit_scale_arguments(g, "none (log-n: `mlm eval --log-n`)")
-    corpus_lm.add_run_arguments(p, d, seeded="weights, data order, masks, positions", validated="eval.json",
+    corpus_training.add_run_arguments(p, d, seeded="weights, data order, masks, positions", validated="eval.json",
                                 out_default="runs/mlm-PE-POSITIONS-LTRAIN-sSEED")
     p.set_defaults(func="lengen.cli.mlm:run_train")
 
 
 def _add_eval(sub) -> None:
     d = values.MLM_EVAL
-    p = corpus_lm.add_subcommand(sub, "eval", "masked-token accuracy and bits per byte against length",
+    p = corpus_training.add_subcommand(sub, "eval", "masked-token accuracy and bits per byte against length",
                                  "Evaluate a trained masked LM against length.", EVAL_EPILOG)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by `lengen mlm train`")
     p.add_argument("--lengths", type=parse_lengths, help="window lengths, comma-separated "

@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
                    "the model-steps/s of one run on an H100)")
     r.add_argument("--group-size", type=int, metavar="G",
                    help="train up to G runs that differ only in seed, lr, grad clip, dropout or evaluation "
-                   "settings together, one set of kernels for all (lengen.training.group; each keeps its own "
+                   "settings together, one set of kernels for all (lengen.che.group; each keeps its own "
                    "run directory). On the CPU a grouped run equals the same run alone up to float rounding, "
                    "dropout included (each member draws its own masks); on CUDA its dropout masks are other "
                    "draws, so there its numbers differ as another seed's would. Default 1 (every run alone). Measured on a 2-core CPU "

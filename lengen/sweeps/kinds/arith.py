@@ -23,7 +23,7 @@ from lengen.arith.config import ArithConfig
 from lengen.arith.model import build_model
 from lengen.arith.options import ARITH_OPTIONS, arith_config_from_options, arith_option_values, coerce_arith_option
 from lengen.arith.train import train_arith
-from lengen.lm.loop import EVAL_FILE
+from lengen.training.corpus_loop import EVAL_FILE
 from lengen.sweeps.kinds.base import SweepKind
 from lengen.training.run_dir import config_digest
 

@@ -6,10 +6,10 @@ import copy
 
 from lengen.errors import LengenError
 from lengen.sweeps.kinds.base import SweepKind
-from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
-from lengen.training import loop
-from lengen.training.options import coerce_option, config_from_options, option_values
-from lengen.training.setup import build_run, settle
+from lengen.che.config import TRAIN_OPTIONS, TrainConfig, options_not_read
+from lengen.che import loop
+from lengen.che.options import coerce_option, config_from_options, option_values
+from lengen.che.setup import build_run, settle
 
 
 class CHEKind(SweepKind):

@@ -27,7 +27,7 @@ from lengen.errors import LengenError
 from lengen.extrapolation import split_methods
 from lengen.lm import evaluate  # its functions by attribute, so a test can stand in for evaluate_lm
 from lengen.lm.config import LMConfig
-from lengen.lm.loop import EVAL_FILE
+from lengen.training.corpus_loop import EVAL_FILE
 from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
 from lengen.lm.options import LM_OPTIONS, coerce_lm_option, lm_config_from_options, lm_option_values

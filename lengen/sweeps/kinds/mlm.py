@@ -25,16 +25,15 @@ from lengen import io
 from lengen.data import load_corpus
 from lengen.devices import resolve_device
 from lengen.errors import LengenError
-from lengen.lm.loop import EVAL_FILE
+from lengen.training.corpus_loop import EVAL_FILE
 from lengen.mlm import evaluate  # its functions by attribute, so a test can stand in for evaluate_mlm
 from lengen.mlm.config import MLMConfig
 from lengen.mlm.options import MLM_OPTIONS, coerce_mlm_option, mlm_config_from_options, mlm_option_values
 from lengen.mlm.train import build_run, train_mlm
 from lengen.options import coerce_value
-from lengen.positions import evaluation_sampler
+from lengen.positions import check_positions_fit, evaluation_sampler
 from lengen.sweeps.kinds.base import SweepKind, hashed_done_file, record_problem, trained_and_evaluated
 from lengen.training.run_dir import config_digest
-from lengen.training.setup import check_positions_fit
 
 #: `lengen mlm eval` settings an `eval:` section may give (the device is where the sweep runs; the
 #: unigram baseline is always scored)

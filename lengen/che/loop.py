@@ -21,13 +21,13 @@ from lengen.models.config import model_label
 from lengen.positions import evaluation_sampler
 from lengen.progress import progress_bar
 from lengen.training import deadline
-from lengen.training.config import TrainConfig
-from lengen.training.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
+from lengen.che.config import TrainConfig
+from lengen.che.evaluation import band_table, evaluate_lengths, masked_accuracy_counts, score
 from lengen.training.optim import che_adam
-from lengen.training.plots import plot_accuracy
+from lengen.che.plots import plot_accuracy
 from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 from lengen.training.session import TrainingDiverged, TrainingSession  # noqa: F401 - re-exported
-from lengen.training.setup import RunParts, build_run, test_mode_of, total_length
+from lengen.che.setup import RunParts, build_run, test_mode_of, total_length
 
 
 def run_rng_state(np_rng, gen, device) -> dict:
@@ -197,7 +197,7 @@ def evaluate_run(run: RunDir, parts: RunParts | None = None, cfg: TrainConfig | 
     """Evaluate the checkpoint of `run` at lengths 1..max_length on cfg.device in cfg.precision;
     write accuracy{suffix}.png, then eval{suffix}.json (last: its presence means the evaluation
     finished). Returns the eval record; `group_size`, recorded when given: how many models
-    trained together with this one (lengen.training.group), which changes its float sums."""
+    trained together with this one (lengen.che.group), which changes its float sums."""
     cfg = cfg or TrainConfig.from_dict(run.read_config(), where=str(run.path))
     device = resolve_device(cfg.device)
     max_length = max_length or cfg.max_length

@@ -10,7 +10,7 @@ from lengen.errors import LengenError
 from lengen.models.config import ModelConfig, not_applicable
 from lengen.options import coerce_value, set_path, table_types, table_values
 from lengen.presets import get_preset
-from lengen.training.config import TRAIN_OPTIONS, TrainConfig, options_not_read
+from lengen.che.config import TRAIN_OPTIONS, TrainConfig, options_not_read
 
 def check_given_options(given, architecture: str, flags: bool = True) -> None:
     """LengenError naming the `given` options (the command line's, even at their default

@@ -14,8 +14,8 @@ import math
 import pandas as pd
 
 from lengen.errors import LengenError
-from lengen.formats import quoted_list
-from lengen.reports.aggregate import ordered_tasks, ordered_variants
+from lengen.formatting import quoted_list
+from lengen.reports.che_aggregate import ordered_tasks, ordered_variants
 from lengen.reports.stats import paired
 
 CELL = ("task", "lr", "seed")

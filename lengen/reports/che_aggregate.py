@@ -28,7 +28,7 @@ from lengen.models.config import ARCHITECTURE_LABELS, ARCHITECTURES
 from lengen.reports.lm_aggregate import option_label, position_label
 from lengen.reports.stats import summarize
 from lengen.tasks import TASK_NAMES, get_task
-from lengen.training.config import options_not_read
+from lengen.che.config import options_not_read
 
 #: columns that are never part of a variant
 NOT_VARIANT = {"run_id", "task", "lr", "seed", "score", "accuracy_in_train_range", "seconds", "train_seconds",

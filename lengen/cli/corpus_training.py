@@ -1,7 +1,7 @@
 """What `lengen lm` (decoder LM) and `lengen mlm` (masked LM) share: both are a command group with
-`train` and `eval`, and both train a byte-level model on a corpus with one loop (lengen.lm.loop),
+`train` and `eval`, and both train a byte-level model on a corpus with one loop (lengen.training.corpus_loop),
 so how the flags become a config and the summary after training are written once here (their
-data, model and run flags: lengen.cli.parsers.corpus_lm). Each command passes what it says
+data, model and run flags: lengen.cli.parsers.corpus_training). Each command passes what it says
 differently (the default run directory, the validation line)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""N CHE models of one shape as one stack (lengen.training.group): their parameters stacked
+"""N CHE models of one shape as one stack (lengen.che.group): their parameters stacked
 [N, ...], the stacked Adam and per-model gradient clipping, each member's dropout plan, and the
 forward, which is the model's own (CHEModel.padded_logits) run by torch.func.functional_call under
 vmap over the stacked weights, each member carrying a models.attention.StackMember."""
@@ -16,7 +16,7 @@ from lengen.kernels.model_stack import attention_for_stack
 from lengen.models.attention import StackMember
 from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout, bernoulli_keep_mask
-from lengen.training.config import TrainConfig
+from lengen.che.config import TrainConfig
 from lengen.training.optim import ADAM_BETAS, ADAM_EPS
 
 

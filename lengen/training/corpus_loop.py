@@ -1,8 +1,8 @@
 """The resumable corpus-training loop of the byte-level language models: the decoder LM
 (lengen.lm.train) and the masked LM (lengen.mlm.train) run this one loop and differ only in their
 `CorpusObjective` (how a step's batch is drawn and scored, any extra random stream, the progress
-readout, the final validation). It lives in lengen.lm because lengen.mlm already builds on the
-decoder LM (its optimiser and schedule); it imports nothing from lengen.mlm.
+readout, the final validation); arithmetic models (lengen.arith.train) run it too. It knows no
+model kind: each caller brings its config, model and objective.
 
 Each step: set the learning rate (lr_at), draw and score a batch, clip, AdamW step. The loss sum
 stays on the device (float64) and is read back only for a metrics row or a checkpoint, so a step
@@ -24,7 +24,8 @@ import torch
 from lengen import io
 from lengen.devices import restore_rng_state, rng_state
 from lengen.environment import run_environment
-from lengen.errors import reason
+from lengen.errors import LengenError, reason
+from lengen.options import check_finite_fields
 from lengen.progress import progress_bar
 from lengen.training import deadline
 from lengen.training.optim import fused_optimizer_ok
@@ -32,6 +33,27 @@ from lengen.training.run_dir import RunDir, config_digest, record_mismatch
 from lengen.training.session import TrainingSession
 
 EVAL_FILE = "eval.json"
+
+
+def check_corpus_run_numbers(cfg) -> None:
+    """The range checks every corpus-trained run config (LMConfig, MLMConfig) shares: sizes and
+    intervals >= 1, steps, warmup and weight-decay >= 0, lr and grad-clip > 0, seed >= 0, val-fraction in (0, 1),
+    and every number finite (first: NaN passes every range check, nan <= 0 is False)."""
+    check_finite_fields(cfg)
+    for name in ("batch_size", "train_length", "checkpoint_every", "log_every", "val_windows"):
+        if getattr(cfg, name) < 1:
+            raise LengenError(f"{name.replace('_', '-')} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("steps", "warmup", "weight_decay"):  # a negative decay pushes weights away from 0
+        if getattr(cfg, name) < 0:
+            raise LengenError(f"{name.replace('_', '-')} must be >= 0, got {getattr(cfg, name)}")
+    if cfg.lr <= 0:
+        raise LengenError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.seed < 0:
+        raise LengenError(f"seed must be >= 0, got {cfg.seed}")
+    if not cfg.grad_clip > 0:
+        raise LengenError(f"grad-clip must be > 0, got {cfg.grad_clip}")
+    if not 0.0 < cfg.val_fraction < 1.0:
+        raise LengenError(f"val-fraction must be in (0, 1), got {cfg.val_fraction}")
 
 
 def lr_at(step: int, cfg) -> float:

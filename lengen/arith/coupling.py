@@ -28,10 +28,6 @@ class StandardIds:
                  train: bool = False, answer_width: torch.Tensor | None = None) -> torch.Tensor:
         return torch.arange(significance.shape[-1], device=significance.device)[None]
 
-    def largest(self, tokens: int, answer_digits: int) -> int:
-        """The largest id of a sequence of `tokens` tokens whose answer has `answer_digits` digits."""
-        return tokens - 1
-
 
 class CoupledIds:
     """Cho et al.'s coupled ids, as their code assigns them (position-coupling
@@ -68,9 +64,6 @@ class CoupledIds:
         s, width = s.to(significance.device), width.to(significance.device)
         return torch.where(significance >= 0, s + width - 1 - significance,
                            torch.where(significance == OPERATOR, s + width, torch.zeros_like(significance)))
-
-    def largest(self, tokens: int, answer_digits: int) -> int:
-        return 1 + answer_digits  # the operators' id with s = 1 at evaluation
 
 
 ARITH_POSITIONS: Registry[type] = Registry("arithmetic position source")

@@ -1,4 +1,4 @@
-"""One training step of a group of models (lengen.training.group): each member draws its data as
+"""One training step of a group of models (lengen.che.group): each member draws its data as
 `train_step` would, the members are split into length buckets (the least padded work, each
 bucket paying for its own launches), each bucket is padded to its longest and run through the
 stack, and the stacked Adam steps once.
@@ -17,10 +17,10 @@ import torch.nn.functional as F
 
 from lengen.devices import precision_context, to_device
 from lengen.kernels.model_stack import stack_length_multiple
-from lengen.training.config import TrainConfig
-from lengen.training.loop import draw_step
-from lengen.training.setup import RunParts
-from lengen.training.stack import ModelStack
+from lengen.che.config import TrainConfig
+from lengen.che.loop import draw_step
+from lengen.che.setup import RunParts
+from lengen.che.stack import ModelStack
 
 #: what one more length bucket per step costs (its own forward and backward launches), in float
 #: operations of the device: a bucket pays when the padding it removes is worth more. CPU: ~5 ms of

@@ -41,14 +41,14 @@ from lengen.errors import LengenError
 from lengen.options import flatten
 from lengen.progress import progress_bar
 from lengen.training import deadline
-from lengen.training.config import TrainConfig
-from lengen.training.group_step import bucket_overhead, group_step
-from lengen.training.loop import Window, evaluate_run, restore_run_rng, reusable_eval, run_rng_state
+from lengen.che.config import TrainConfig
+from lengen.che.group_step import bucket_overhead, group_step
+from lengen.che.loop import Window, evaluate_run, restore_run_rng, reusable_eval, run_rng_state
 from lengen.training.run_dir import RunDir
 from lengen.training.session import TrainingDiverged, TrainingSession
-from lengen.training.setup import build_run
+from lengen.che.setup import build_run
 from lengen.training.optim import che_adam
-from lengen.training.stack import ModelStack
+from lengen.che.stack import ModelStack
 
 #: config keys that may differ inside a group: they change the numbers, not the shapes
 PER_MODEL = ("seed", "lr", "grad_clip", "model.dropout")

@@ -7,7 +7,7 @@ import torch
 from lengen.arith import get_arith_task
 from lengen.arith.abacus import AbacusEmbedding, abacus_ids, draw_offset
 from lengen.arith.formats import answer_significance, encode
-from lengen.arith.positions import ARITH_POSITIONS
+from lengen.arith.coupling import ARITH_POSITIONS
 from lengen.arith.problem import Problem
 from lengen.arith.vocab import BOS, EOS, EQUALS, PLUS, TIMES
 

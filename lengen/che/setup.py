@@ -11,9 +11,9 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.models import CHEModel
 from lengen.models.recurrent import build_model
-from lengen.positions import PositionSampler, build_sampler, evaluation_sampler
+from lengen.positions import PositionSampler, build_sampler, check_positions_fit, default_test_mode, evaluation_sampler
 from lengen.tasks import Task, get_task
-from lengen.training.config import TrainConfig
+from lengen.che.config import TrainConfig
 
 
 @dataclass
@@ -27,24 +27,6 @@ class RunParts:
 def total_length(task: Task, length: int) -> int:
     """Tokens the encoder sees for an input of `length`: input plus EMPTY output slots."""
     return task.input_length(length) + task.output_length(length)
-
-
-def default_test_mode(positions: str) -> str:
-    return "random" if positions == "randomized" else "standard"
-
-
-def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
-    """Float positions need an encoding that accepts them; a position table must have a row for
-    every position the sampler can produce."""
-    pe.check_sampler(sampler)
-    sampler.check_length(longest)
-    rows = pe.position_table_size
-    if rows is not None and sampler.position_bound(longest) > rows:
-        raise LengenError(
-            f"{what}: sequences of {longest} tokens need positions up to "
-            f"{int(sampler.position_bound(longest)) - 1}, but the {pe.name!r} table has only "
-            f"max_position={rows} rows; raise --max-position or lower the length"
-        )
 
 
 def settle(cfg: TrainConfig) -> TrainConfig:
