@@ -245,6 +245,37 @@ def test_query_blocks_without_autograd_equal_one_block(monkeypatch):
                 monkeypatch.setattr(cope, "CHUNK_ELEMENTS", 1 << 24)
 
 
+def test_query_blocks_without_autograd_under_vmap(monkeypatch):
+    """A stack of models (torch.func.vmap over stacked tables, as grouped training runs the
+    hooks) takes the same blocked path without autograd: each member's bias equals the one-block
+    bias of that member alone, with no test of whether q is batched."""
+    import lengen.encodings.cope as cope
+    from torch.func import functional_call, stack_module_state, vmap
+
+    class Bias(torch.nn.Module):  # qk_bias as a forward, for functional_call
+        def __init__(self, enc):
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, q, k):
+            return self.enc.qk_bias(1, None, q, k, 0.3, True)
+
+    c = cfg(pe_options={"npos": 4})
+    members = [Bias(build_encoding(c)) for _ in range(3)]
+    with torch.no_grad():
+        for m in members:
+            for t in m.parameters():
+                t.normal_()
+    q, k, _ = (t.float() for t in inputs(c, 7, seed=3))
+    want = [m(q, k).detach() for m in members]
+    params, buffers = stack_module_state(members)
+    monkeypatch.setattr(cope, "CHUNK_ELEMENTS", 2 * c.num_heads * 7 * 2)   # blocks of 2 query rows
+    with torch.no_grad():
+        got = vmap(lambda p, b: functional_call(members[0], (p, b), (q, k)))(params, buffers)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_layer_pattern_sends_cope_to_its_layers():
     """--layer-pe cope,none: layer 0 adds CoPE's bias, layer 1 none; the pattern forwards qk_bias."""
     c = cfg(layer_pe=["cope", "none"], causal=True)

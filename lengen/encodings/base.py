@@ -22,20 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch._C._functorch import is_batchedtensor
 
 from lengen.errors import LengenError
 
 if TYPE_CHECKING:  # the model imports the encodings; only type hints go the other way
     from lengen.models.config import ModelConfig
-
-
-def under_vmap(*tensors: torch.Tensor) -> bool:
-    """Whether any of `tensors` is batched by torch.func.vmap (a group of models trained as one
-    stack, lengen.che.stack): hand-written autograd Functions and in-place blocks are not
-    vmap rules, so an encoding takes its plain-op path then. The one use of torch's private
-    `is_batchedtensor` in lengen (present in torch 2.5-2.13)."""
-    return any(is_batchedtensor(t) for t in tensors)
 
 
 class PositionalEncoding(nn.Module):

@@ -43,7 +43,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lengen.encodings.base import PositionalEncoding, under_vmap
+from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
 
 #: elements of one [B, H, rows, Tk] block when evaluating without autograd (4 MB in float32: on a
@@ -96,12 +96,15 @@ class CopeEncoding(PositionalEncoding):
             e = e.to(dtype)
             Tq, Tk = q.shape[-2], k.shape[-2]
             block = max(1, CHUNK_ELEMENTS // max(1, q[..., :1, :1].numel() * Tk))
-            if torch.is_grad_enabled() or block >= Tq or under_vmap(q):  # vmap: no in-place blocks
+            if torch.is_grad_enabled() or block >= Tq:
                 return self._bias(q, k, e, rows, scale, Tk - Tq)
             # no autograd (evaluation): every query row is independent, so query blocks bound the
-            # temporaries (about ten of the output's size) to a few blocks; only the output is whole
-            out = torch.empty(*q.shape[:-1], Tk, dtype=dtype, device=q.device)
-            for a in range(0, Tq, block):
+            # temporaries (about ten of the output's size) to a few blocks; only the output is whole.
+            # Allocated from the first block: batched whenever it is (vmap over a stack of models)
+            top = self._bias(q[..., :block, :], k, e, rows, scale, Tk - Tq)
+            out = top.new_empty(*q.shape[:-1], Tk)
+            out[..., :block, :] = top
+            for a in range(block, Tq, block):
                 out[..., a:a + block, :] = self._bias(q[..., a:a + block, :], k, e, rows, scale, Tk - Tq + a)
             return out
 
