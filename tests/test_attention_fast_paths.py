@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lengen.encodings.rope import _RotatePair, default_inv_freq, rope_cos_sin, rotate_pair
-from lengen.models.attention import split_heads
+from lengen.kernels.heads import split_heads
 
 
 def rotation_matrices(pos, d, base=10000.0):

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from lengen.errors import LengenError
-from lengen.lm.attention import DecoderContext, RopeRuntime
 from lengen.lm.methods import resolve_methods
 from lengen.lm.model import DecoderLM
 from lengen.models import CHEModel, ModelConfig, Transformer
@@ -294,7 +293,7 @@ def test_rope_methods_change_rope_layers_only():
     pos = torch.arange(20)[None]
     ctx_plain = AttentionContext(model.decoder.pe.prepare(pos, pos), pos, pos, True)
     y = torch.randn(1, 20, 32)
-    ctx_method = DecoderContext(model.decoder.pe.prepare(pos, pos), pos, pos, True, rope=RopeRuntime(method, pos))
+    ctx_method = AttentionContext(model.decoder.pe.prepare(pos, pos), pos, pos, True, method=method)
     torch.testing.assert_close(model.decoder.blocks[1].attn(y, ctx_method), model.decoder.blocks[1].attn(y, ctx_plain))
     assert not torch.allclose(model.decoder.blocks[0].attn(y, ctx_method), model.decoder.blocks[0].attn(y, ctx_plain))
 

@@ -113,8 +113,8 @@ def test_split_methods_keeps_options_together():
         "rerope:block=8,window=8+logn", "logn+pi:factor=2"]
 
 
-def test_the_decoder_builds_decoder_attention_only(monkeypatch):
-    # one attention module per block, built once: no SelfAttention built and then replaced
+def test_the_decoder_builds_the_core_attention_once_per_block(monkeypatch):
+    # one attention module per block, built once: the CHE model's SelfAttention, no subclass
     from lengen.models.attention import SelfAttention
 
     built = []
@@ -126,5 +126,5 @@ def test_the_decoder_builds_decoder_attention_only(monkeypatch):
 
     monkeypatch.setattr(SelfAttention, "__init__", record)
     model = tiny()
-    assert built == ["DecoderAttention", "DecoderAttention"]
+    assert built == ["SelfAttention", "SelfAttention"]
     assert [type(b.attn).__name__ for b in model.decoder.blocks] == built

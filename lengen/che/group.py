@@ -1,8 +1,8 @@
 """Train N CHE models of one task, encoding, sampler and shapes at once: stacked weights [N, ...],
 one forward and one backward per step for all N, each model with what `lengen train` would give
-it alone. The forward is the model's own (CHEModel.padded_logits, through the same attention,
-encoding hooks and logit scaling) run by torch.func.functional_call under vmap over the stacked
-weights; this module holds only what is about groups: the stack, the buckets, the padding, the
+it alone. The forward is the model's own (CHEModel.hidden and its readout, through the same
+attention, encoding hooks and logit scaling) run by torch.func.functional_call under vmap over the
+stacked weights, what differs per model injected as its runtime (lengen.che.stack.MemberRuntime); this module holds only what is about groups: the stack, the buckets, the padding, the
 stacked Adam and clipping, the dropout plan and the loop.
 
 Each model keeps its own initial weights (built with its seed exactly as `train` builds them),

@@ -1,7 +1,8 @@
 """N CHE models of one shape as one stack (lengen.che.group): their parameters stacked
 [N, ...], the stacked Adam and per-model gradient clipping, each member's dropout plan, and the
-forward, which is the model's own (CHEModel.padded_logits) run by torch.func.functional_call under
-vmap over the stacked weights, each member carrying a models.attention.StackMember."""
+forward, which is the model's own (CHEModel.hidden and its readout) run by
+torch.func.functional_call under vmap over the stacked weights, each member with its own runtime
+(MemberRuntime: what differs per member, injected into the model's attention and dropout)."""
 
 from __future__ import annotations
 
@@ -13,27 +14,65 @@ from torch.func import functional_call, vmap
 
 from lengen.devices import to_device
 from lengen.kernels.model_stack import attention_for_stack
-from lengen.models.attention import StackMember
+from lengen.models.attention import Runtime
 from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout, bernoulli_keep_mask
 from lengen.che.config import TrainConfig
 from lengen.training.optim import ADAM_BETAS, ADAM_EPS
 
 
+class MemberRuntime(Runtime):
+    """One model of the stack, seen from inside vmap. Its sequence is padded at the end to the
+    stack's longest: padded keys get -inf (no real query sees them, and they get no gradient) and
+    log-n scaling counts the real keys. `dropout_keep` holds the member's dropout masks, drawn
+    outside vmap from its own stream (ModelStack.dropout_masks), one per dropout call in call
+    order (None: no dropout), and `dropout_scale` the 0-d factor 1 / (1 - p) for what is kept.
+    Positions are checked outside vmap (ModelStack.__call__): a check reads values."""
+
+    def __init__(self, key_bias: torch.Tensor, real_keys: torch.Tensor, attention,
+                 dropout_keep: list[torch.Tensor] | None = None, dropout_scale: torch.Tensor | None = None):
+        self.key_bias = key_bias            # [Tk]: 0 for a real key, -inf for padding
+        self.real_keys = real_keys          # 0-d: how many keys are real
+        self.kernel = attention             # lengen.kernels.model_stack.stacked_attention or sdpa
+        self.dropout_keep, self.dropout_scale = dropout_keep, dropout_scale
+
+    def attention(self, q, k, v, bias, causal, scale):
+        padding = self.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
+        bias = padding if bias is None else bias + padding
+        return self.kernel(q, k, v, bias=bias, causal=causal, scale=scale)
+
+    def dropout(self, drop: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """x with this member's next dropout mask applied, where the model alone calls `drop`."""
+        if not drop.training or self.dropout_keep is None:
+            return x
+        if not self.dropout_keep:
+            raise RuntimeError("the forward called dropout more often than the stack planned masks for")
+        keep = self.dropout_keep.pop(0)
+        if keep.shape != x.shape:
+            raise RuntimeError(f"dropout mask {tuple(keep.shape)} drawn for an input {tuple(x.shape)}: "
+                               "the stack plans one [B, T, d_model] mask per dropout call")
+        return x * (keep.to(x.dtype) * self.dropout_scale)
+
+    def check_positions(self, pe, pos) -> None:
+        pass
+
+
 class _PaddedLogits(nn.Module):
-    """functional_call runs a module's forward: this one's is the model's own padded_logits."""
+    """functional_call runs a module's forward: this one's is the model's own hidden states and
+    readout, at the positions `readout_index` [O] of a sequence padded at the end ([input, EMPTY
+    output slots, padding]), each member with its own readout positions."""
 
     def __init__(self, model: CHEModel):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens, pos, readout_index, stack: StackMember):
-        return self.model.padded_logits(tokens, pos, readout_index, stack)
+    def forward(self, tokens, pos, readout_index, runtime: MemberRuntime):
+        return self.model.readout(self.model.hidden(tokens, pos, runtime).index_select(1, readout_index))
 
 
 class ModelStack:
     """Stacked parameters, Adam state, per-model hyperparameters and dropout streams of N models;
-    their forward is the first model's own (CHEModel.padded_logits) under vmap over the stack."""
+    their forward is the first model's own (CHEModel.hidden, readout) under vmap over the stack."""
 
     def __init__(self, models: list[CHEModel], cfgs: list[TrainConfig], dropout_gens, device):
         self.models, self.device = models, device
@@ -60,7 +99,7 @@ class ModelStack:
         self.d_model = cfgs[0].model.d_model
 
     def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
-        member = StackMember(key_bias, n_keys, self.attention, None if keep is None else list(keep.unbind(0)), scale)
+        member = MemberRuntime(key_bias, n_keys, self.attention, None if keep is None else list(keep.unbind(0)), scale)
         named = {f"model.{n}": p for n, p in params.items()}
         logits = functional_call(self.forward, named, (tokens, pos, out_idx, member))
         if member.dropout_keep:

@@ -38,6 +38,10 @@ class PositionalEncoding(nn.Module):
     #: signed distance taken as a penalty, or clamped): ids that do not grow along the sequence
     #: (arithmetic's coupled positions) are read wrongly
     causal_past_only: bool = False
+    #: whether this is RoPE (or a subclass): training-free extrapolation methods
+    #: (lengen.extrapolation) replace its rotation in the layers that use it, reading its
+    #: rotary_dim, base and fraction
+    rotary: bool = False
     #: parameters kept in [min, max] (None: open) by projecting them in place before each
     #: forward pass, a projected-gradient constraint (KERPLE); `project` applies it, and a stack
     #: of models trained together applies it to the stacked weights (lengen.che.group)

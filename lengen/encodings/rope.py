@@ -139,6 +139,7 @@ def rotate_pair_halves(q, k, cos_q, sin_q, cos_k, sin_k):
 
 class RopeEncoding(PositionalEncoding):
     relative = True
+    rotary = True
 
     def __init__(self, cfg, base: float = 10000.0, rotary_dim: int | None = None, fraction: float = 1.0):
         super().__init__(cfg)

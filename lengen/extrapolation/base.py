@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from dataclasses import dataclass
 
 import torch
@@ -171,9 +170,16 @@ def option_names(cls) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def sequence_lengths(pos_k: torch.Tensor) -> torch.Tensor:
+    """Per sequence [B|1], the length length-dependent frequencies (dynamic NTK) are chosen for,
+    as transformers does: the largest key position + 1 (the keys include every query, so this is
+    the length of the whole sequence so far; floored for float positions)."""
+    return pos_k.amax(-1).floor().long() + 1
+
+
 def sequence_length(pos_q: torch.Tensor, pos_k: torch.Tensor) -> int:
-    """HF's seq_len for length-dependent frequencies: max(position) + 1 (keys include the query)."""
-    return int(math.floor(max(pos_q.max().item(), pos_k.max().item()))) + 1
+    """The one length for a batch: the longest of `sequence_lengths` (queries counted too)."""
+    return int(max(sequence_lengths(pos_q).max(), sequence_lengths(pos_k).max()))
 
 
 def repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -13,11 +13,8 @@ from torch import nn
 
 from lengen.encodings.layers import LayerPatternEncoding
 from lengen.encodings.none import NoEncoding
-from lengen.encodings.rope import RopeEncoding
 from lengen.errors import LengenError
 from lengen.extrapolation.base import RopeSpec
-from lengen.extrapolation.cache import RawKVCache
-from lengen.lm.attention import DecoderAttention, DecoderContext, RopeRuntime
 from lengen.lm.cache import DecoderCache
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer
@@ -32,30 +29,6 @@ def pe_description(cfg: ModelConfig) -> str:
     return f"pe={cfg.pe!r}"
 
 
-class DecoderStack(Transformer):
-    """The core Transformer with DecoderAttention in every block (same parameter names)."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg, attention=DecoderAttention)
-
-    def forward(self, x: torch.Tensor, pos_q: torch.Tensor, pos_k: torch.Tensor | None = None,
-                cache: RawKVCache | None = None, method: Any = None) -> torch.Tensor:
-        """x [B, T, D] at positions pos_q [1, T]; pos_k [1, Tk] are all key positions (pos_q
-        itself without a cache: identity lets encodings share work between q and k)."""
-        pos_k = pos_q if pos_k is None else pos_k
-        self.pe.check_positions(pos_k)
-        x = self.drop(self.pe.embed(x, pos_q))
-        if method is not None:
-            # the method replaces RoPE's hooks; a per-layer pattern's NoPE layers keep their own (none)
-            state = self.pe.prepare(pos_q, pos_k) if isinstance(self.pe, LayerPatternEncoding) else None
-            ctx = DecoderContext(state, pos_q, pos_k, True, cache=cache, rope=RopeRuntime(method, pos_k))
-        else:
-            ctx = DecoderContext(self.pe.prepare(pos_q, pos_k), pos_q, pos_k, True, cache=cache)
-        for block in self.blocks:
-            x = block(x, ctx)
-        return self.final_norm(x)
-
-
 class DecoderLM(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()
@@ -63,7 +36,7 @@ class DecoderLM(nn.Module):
             raise LengenError("a decoder LM needs causal=True in its model config")
         self.cfg, self.vocab_size = cfg, vocab_size
         self.embed = nn.Embedding(vocab_size, cfg.d_model)
-        self.decoder = DecoderStack(cfg)
+        self.decoder = Transformer(cfg)  # the CHE model's stack, causal, with a KV cache and methods
         self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         self._init_weights()
@@ -83,16 +56,17 @@ class DecoderLM(nn.Module):
 
     # -- RoPE methods ---------------------------------------------------------------------------
     @property
-    def rope_encoding(self) -> RopeEncoding | None:
-        """The RoPE encoding extrapolation methods act on: the model's, or that of a per-layer
-        pattern whose other layers are NoPE (a method changes RoPE layers only, as Llama 4's rope
-        scaling leaves its NoPE layers alone); None for any other model."""
+    def rope_encoding(self):
+        """The RoPE encoding (PositionalEncoding.rotary) extrapolation methods act on: the
+        model's, or that of a per-layer pattern whose other layers are NoPE (a method changes RoPE
+        layers only, as Llama 4's rope scaling leaves its NoPE layers alone); None for any other
+        model."""
         pe = self.decoder.pe
         if isinstance(pe, LayerPatternEncoding):
-            ropes = [e for e in pe.encodings.values() if isinstance(e, RopeEncoding)]
-            others = [e for e in pe.encodings.values() if not isinstance(e, (RopeEncoding, NoEncoding))]
+            ropes = [e for e in pe.encodings.values() if e.rotary]
+            others = [e for e in pe.encodings.values() if not e.rotary and not isinstance(e, NoEncoding)]
             return ropes[0] if len(ropes) == 1 and not others else None
-        return pe if isinstance(pe, RopeEncoding) else None
+        return pe if pe.rotary else None
 
     @property
     def is_rope(self) -> bool:
@@ -137,7 +111,7 @@ class DecoderLM(nn.Module):
         pos_q = torch.arange(start, start + T, device=ids.device)[None]
         pos_k = torch.arange(start + T, device=ids.device)[None] if cache is not None else None
         kv = cache.kv if cache is not None else None
-        h = self.decoder(self.embed(ids) * self.embed_scale, pos_q, pos_k, kv, method)
+        h = self.decoder(self.embed(ids) * self.embed_scale, pos_q, pos_k, cache=kv, method=method)
         if cache is not None:
             cache.append_ids(ids)
         return self.head(h).float()

@@ -1,20 +1,19 @@
-"""Multi-head self-attention that delegates everything positional to the encoding's hooks and runs
-through lengen.kernels.attention: a fused CPU kernel for small head dims where it applies, torch's
-scaled_dot_product_attention otherwise (an additive bias goes in as attn_mask).
+"""Multi-head self-attention that delegates everything positional to the encoding's hooks.
+
+One forward serves every model: the CHE encoder, the decoder LM with its KV cache (the cache in
+the context holds the earlier tokens' keys, un-rotated), and the decoder with a training-free RoPE
+method (the method in the context replaces the RoPE layers' rotation and attention). How the
+attention kernel and dropout run is injected through the context's `runtime`: one model by
+default (lengen.kernels.attention: a fused CPU kernel where it applies, torch's SDPA otherwise),
+or one model of a stack trained together (lengen.che.stack), which this module knows nothing of.
 
 Attention variants (ModelConfig.logit_scale, ModelConfig.key_norm) apply in training and
-evaluation alike; see lengen/models/logit_scaling.py.
-
-The same modules serve one model and a stack of models trained together (lengen.che.group
-runs this forward under torch.func.vmap over stacked weights): a stack member's forward carries a
-`StackMember` in its context, with the key padding of its sequence, its real key count and the
-attention kernel that works under vmap."""
+evaluation alike; see lengen/models/logit_scaling.py."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,37 +21,32 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengen import kernels
+from lengen.kernels.heads import split_heads
 from lengen.kernels.small_attention import causal_additive_mask
 from lengen.models.config import ModelConfig
 from lengen.models.logit_scaling import logit_scale_factor, ssmax_init
 
 
-@dataclass
-class StackMember:
-    """One model of a stack trained together (lengen.che.group), seen from inside vmap. Its
-    sequence is padded at the end to the stack's longest: padded keys get -inf (no real query sees
-    them, and they get no gradient) and log-n scaling counts the real keys. `dropout_keep` holds
-    the member's dropout masks, drawn outside vmap from its own stream (lengen.models.dropout)."""
+class Runtime:
+    """How one forward pass runs the parts that have more than one implementation. This default
+    runs one model; grouped training passes a subclass for each model of a vmapped stack
+    (lengen.che.stack.MemberRuntime: padded keys, per-member dropout masks, a kernel that works
+    under vmap)."""
 
-    key_bias: torch.Tensor                # [Tk]: 0 for a real key, -inf for padding
-    real_keys: torch.Tensor               # 0-d: how many keys are real
-    attention: Callable                   # lengen.kernels.model_stack.stacked_attention or sdpa
-    #: bool keep masks, one per dropout call of the forward in call order (None: no dropout),
-    #: and the 0-d factor 1 / (1 - p) that rescales what is kept
-    dropout_keep: list[torch.Tensor] | None = None
-    dropout_scale: torch.Tensor | None = None
+    #: keys that log-n scaling counts (None: all of k; a 0-d tensor when k is padded)
+    real_keys: torch.Tensor | None = None
 
-    def dropout(self, x: torch.Tensor) -> torch.Tensor:
-        """x with this member's next dropout mask applied (Dropout.forward's stack path)."""
-        if self.dropout_keep is None:
-            return x
-        if not self.dropout_keep:
-            raise RuntimeError("the forward called dropout more often than the stack planned masks for")
-        keep = self.dropout_keep.pop(0)
-        if keep.shape != x.shape:
-            raise RuntimeError(f"dropout mask {tuple(keep.shape)} drawn for an input {tuple(x.shape)}: "
-                               "the stack plans one [B, T, d_model] mask per dropout call")
-        return x * (keep.to(x.dtype) * self.dropout_scale)
+    def attention(self, q, k, v, bias, causal: bool, scale: float) -> torch.Tensor:
+        return kernels.attention(q, k, v, bias=bias, causal=causal, scale=scale)
+
+    def dropout(self, drop: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return drop(x)
+
+    def check_positions(self, pe, pos: torch.Tensor) -> None:
+        pe.check_positions(pos)
+
+
+ONE_MODEL = Runtime()
 
 
 @dataclass
@@ -61,51 +55,11 @@ class AttentionContext:
 
     pe_state: Any
     pos_q: torch.Tensor            # [B|1, Tq]
-    pos_k: torch.Tensor            # [B|1, Tk]
+    pos_k: torch.Tensor            # [B|1, Tk]: every key, the cached ones included
     causal: bool
-    stack: StackMember | None = None  # set when this forward is one model of a vmapped stack
-
-
-def head_views(qkv: torch.Tensor, heads: int):
-    B, T, _ = qkv.shape
-    return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-
-
-class _SplitHeads(torch.autograd.Function):
-    """q, k, v [B, H, T, hd] as views of the fused projection [B, T, 3*H*hd]. Autograd's own
-    backward of view/permute/unbind stacks the three gradients and then copies them again to
-    undo the permute; this one writes each straight into its place in one buffer."""
-
-    @staticmethod
-    def forward(qkv, heads):
-        return head_views(qkv, heads)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, gq, gk, gv):
-        B, H, T, hd = gq.shape
-        grad = torch.empty(B, T, 3, H, hd, dtype=gq.dtype, device=gq.device)
-        for i, g in enumerate((gq, gk, gv)):
-            grad[:, :, i].copy_(g.transpose(1, 2))
-        return grad.view(B, T, 3 * H * hd), None
-
-    @staticmethod
-    def vmap(info, in_dims, qkv, heads):
-        # a stack of models [N, B, T, C]: the same split on [N*B, T, C], this Function's backward included
-        x = qkv.movedim(in_dims[0], 0)
-        N, B, T, C = x.shape
-        q, k, v = _SplitHeads.apply(x.reshape(N * B, T, C), heads)
-        return tuple(t.view(N, B, *t.shape[1:]) for t in (q, k, v)), (0, 0, 0)
-
-
-def split_heads(qkv: torch.Tensor, heads: int):
-    """(q, k, v), each [B, H, T, hd], from the fused projection output [B, T, 3*H*hd]."""
-    if torch.is_grad_enabled() and qkv.requires_grad:
-        return _SplitHeads.apply(qkv, heads)
-    return head_views(qkv, heads)
+    cache: Any = None              # earlier tokens' keys and values, un-rotated (lengen.extrapolation.cache)
+    method: Any = None             # a training-free RoPE method for the RoPE layers (lengen.extrapolation)
+    runtime: Runtime = field(default=ONE_MODEL)
 
 
 class SelfAttention(nn.Module):
@@ -125,8 +79,8 @@ class SelfAttention(nn.Module):
         """(q, k, scale) with the model's attention variants applied: key norm (unit keys and no
         1/sqrt(d), Su 2023), then `transform(q, k)` (an encoding's q/k hook), then logit scaling
         (a factor on the scale, or per query on q) for `keys` keys (default: all of k; a 0-d
-        tensor for a padded stack member). The one implementation, shared by `attend`,
-        `attention_probs` and the decoder's RoPE-method path (lengen.lm.attention)."""
+        tensor when k is padded). The one implementation, shared by `attend`, `attention_probs`
+        and the RoPE-method path."""
         cfg = self.cfg
         scale = 1.0 / math.sqrt(cfg.head_dim)
         if cfg.key_norm:
@@ -147,10 +101,10 @@ class SelfAttention(nn.Module):
         """(q, k, scale, bias) as the softmax sees them: logits = scale * q.k^T + bias, then the
         causal mask; `attend` and `attention_probs` both go through it. The bias is the encoding's
         position bias plus its q/k-dependent one (`qk_bias`, CoPE), which reads q, k after every
-        other step. A stack member's padded keys are in the bias (-inf)."""
-        pe, stack = self.pe[0], ctx.stack
+        other step."""
+        pe = self.pe[0]
         q, k, scale = self.scaled_qk(q, k, ctx.pos_q, lambda q, k: pe.transform_qk(self.layer, ctx.pe_state, q, k),
-                                     keys=None if stack is None else stack.real_keys)
+                                     keys=ctx.runtime.real_keys)
         bias = pe.bias(self.layer, ctx.pe_state)
         if bias is not None:
             bias = bias.to(q.dtype)
@@ -158,17 +112,19 @@ class SelfAttention(nn.Module):
         if content is not None:
             content = content.to(q.dtype)
             bias = content if bias is None else bias + content
-        if stack is not None:
-            padding = stack.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
-            bias = padding if bias is None else bias + padding
         return q, k, scale, bias
 
     def attend(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
         q, k, scale, bias = self._logit_inputs(q, k, ctx)
-        # the fused small-head-dim CPU kernel where it applies, torch SDPA otherwise (lengen.kernels);
-        # a stack member: the kernel that works under vmap (lengen.kernels.model_stack)
-        attention = kernels.attention if ctx.stack is None else ctx.stack.attention
-        return attention(q, k, v, bias=bias, causal=ctx.causal, scale=scale)
+        return ctx.runtime.attention(q, k, v, bias, ctx.causal, scale)
+
+    def attend_method(self, q, k, v, ctx: AttentionContext) -> torch.Tensor:
+        """Attention through a training-free RoPE method: it gets q and k un-rotated (after the
+        model's trained key norm and logit scaling), rotates or remaps them itself, applies its
+        log-n query scale and is causal by position. The cache holds un-rotated keys, so every
+        decoding step sees exactly the logits of a full forward over the same tokens."""
+        q, k, scale = self.scaled_qk(q, k, ctx.pos_q)
+        return ctx.method.attend(q, k, v, ctx.pos_q, ctx.pos_k, scale)
 
     def attention_probs(self, q, k, ctx: AttentionContext) -> torch.Tensor:
         """The attention probabilities [B, H, Tq, Tk] that `attend` applies to v, in float32, for
@@ -185,5 +141,10 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         B, T, D = x.shape
         q, k, v = self.project(x)
-        out = self.attend(q, k, v, ctx)
+        if ctx.cache is not None:  # prepend the earlier tokens' keys and values
+            k, v, _ = ctx.cache.update(self.layer, k, v, ctx.pos_q)
+        if ctx.method is not None and self.pe[0].for_layer(self.layer).rotary:
+            out = self.attend_method(q, k, v, ctx)  # a NoPE layer of a pattern keeps its own hooks
+        else:
+            out = self.attend(q, k, v, ctx)
         return self.out(out.transpose(1, 2).reshape(B, T, D))

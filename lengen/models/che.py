@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from lengen.models.attention import StackMember
+from lengen.models.attention import ONE_MODEL, Runtime
 from lengen.models.config import ModelConfig
 from lengen.models.transformer import Transformer
 
@@ -33,15 +33,9 @@ class CHEModel(nn.Module):
             positions = torch.arange(tokens.shape[1], device=inputs.device)[None]
         return self.readout(self.hidden(tokens, positions)[:, L:])
 
-    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, stack: StackMember | None = None):
+    def hidden(self, tokens: torch.Tensor, positions: torch.Tensor, runtime: Runtime = ONE_MODEL):
         """The encoder's output [B, T, d] for the whole sequence `tokens` [B, T]."""
-        return self.encoder(self.embed(tokens) * self.embed_scale, positions, stack)
-
-    def padded_logits(self, tokens, positions, readout_index, stack: StackMember):
-        """Logits [B, O, V] at the positions `readout_index` [O] of a sequence padded at the end
-        ([input, EMPTY output slots, padding]): one model of a stack trained together
-        (lengen.che.group calls it under vmap, each member with its own readout positions)."""
-        return self.readout(self.hidden(tokens, positions, stack).index_select(1, readout_index))
+        return self.encoder(self.embed(tokens) * self.embed_scale, positions, runtime=runtime)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

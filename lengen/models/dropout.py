@@ -4,9 +4,10 @@ At the CHE model's sizes nn.Dropout spends its time in the generator, one draw p
 Each 64-bit draw here feeds four elements (16 bits each), which makes the mask ~4x cheaper;
 the keep probability is rounded to a multiple of 1/65536. Other devices use F.dropout.
 
-A model of a stack trained together (lengen.che.group) draws its masks outside vmap from its
+A model of a stack trained together (lengen.che.stack) draws its masks outside vmap from its
 own generator, in the order and shapes its forward calls dropout, so on the CPU it gets the masks
-it would draw alone; the forward passes them in through `stack` (models.attention.StackMember)."""
+it would draw alone; its runtime (models.attention.Runtime.dropout) applies them instead of
+calling this module."""
 
 from __future__ import annotations
 
@@ -32,12 +33,8 @@ class Dropout(nn.Module):
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p = p
 
-    def forward(self, x: torch.Tensor, stack=None) -> torch.Tensor:
-        if not self.training:
-            return x
-        if stack is not None:  # the member's own rate and masks, planned by the stack
-            return stack.dropout(x)
-        if self.p == 0.0:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, True)

@@ -2,63 +2,70 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from lengen.encodings import build_encoding
-from lengen.models.attention import AttentionContext, SelfAttention, StackMember
+from lengen.models.attention import ONE_MODEL, AttentionContext, Runtime, SelfAttention
 from lengen.models.config import ModelConfig
 from lengen.models.dropout import Dropout
 from lengen.models.logit_scaling import check_logit_scale
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int, pe, attention: type[SelfAttention] = SelfAttention):
+    def __init__(self, cfg: ModelConfig, layer: int, pe):
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
-        self.attn = attention(cfg, layer, pe)
+        self.attn = SelfAttention(cfg, layer, pe)
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.norm1 = nn.LayerNorm(cfg.d_model)
         self.norm2 = nn.LayerNorm(cfg.d_model)
-        # one module per dropout call: a stack of models plans one mask per module (che.group)
+        # one module per dropout call: a stack of models plans one mask per module (lengen.che.stack)
         self.attn_drop = Dropout(cfg.dropout)
         self.ff_drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-        s = ctx.stack
+        drop = ctx.runtime.dropout
         if self.pre_norm:
-            x = x + self.attn_drop(self.attn(self.norm1(x), ctx), s)
-            return x + self.ff_drop(self.ff(self.norm2(x)), s)
-        x = self.norm1(x + self.attn_drop(self.attn(x, ctx), s))
-        return self.norm2(x + self.ff_drop(self.ff(x), s))
+            x = x + drop(self.attn_drop, self.attn(self.norm1(x), ctx))
+            return x + drop(self.ff_drop, self.ff(self.norm2(x)))
+        x = self.norm1(x + drop(self.attn_drop, self.attn(x, ctx)))
+        return self.norm2(x + drop(self.ff_drop, self.ff(x)))
 
 
 class Transformer(nn.Module):
-    """Embeddings in, hidden states out. `pos` is [1, T] or [B, T], integer or float. `attention`
-    is the attention module of every block (a SelfAttention subclass: the LM's DecoderAttention).
-    `stack`: this forward is one model of a vmapped stack (lengen.che.group), which checks the
-    positions itself, outside vmap (a check that reads values cannot run under vmap)."""
+    """Embeddings in, hidden states out: the CHE encoder and the decoder LM alike.
 
-    def __init__(self, cfg: ModelConfig, attention: type[SelfAttention] = SelfAttention):
+    `pos_q` [1|B, T] (integer or float) are the positions of x's tokens; `pos_k` those of every
+    key (default: pos_q; with a `cache` of earlier tokens, theirs followed by pos_q). `method`: a
+    training-free RoPE method (lengen.extrapolation) for the RoPE layers. `runtime`: how
+    attention and dropout run (models.attention.Runtime; grouped training injects its own)."""
+
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
         check_logit_scale(cfg)
         self.cfg = cfg
         self.pe = build_encoding(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, i, self.pe, attention) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i, self.pe) for i in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.drop = Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, stack: StackMember | None = None) -> torch.Tensor:
-        if pos.dim() == 1:
-            pos = pos.unsqueeze(0)
-        if pos.shape[-1] != x.shape[1] or pos.shape[0] not in (1, x.shape[0]):
-            raise ValueError(f"positions {tuple(pos.shape)} do not match the input {tuple(x.shape[:2])}")
-        pos = pos.to(x.device)
-        if stack is None:
-            self.pe.check_positions(pos)
-        x = self.drop(self.pe.embed(x, pos), stack)
-        ctx = AttentionContext(self.pe.prepare(pos, pos), pos, pos, self.cfg.causal, stack)
+    def forward(self, x: torch.Tensor, pos_q: torch.Tensor, pos_k: torch.Tensor | None = None,
+                cache: Any = None, method: Any = None, runtime: Runtime = ONE_MODEL) -> torch.Tensor:
+        if pos_q.dim() == 1:
+            pos_q = pos_q.unsqueeze(0)
+        if pos_q.shape[-1] != x.shape[1] or pos_q.shape[0] not in (1, x.shape[0]):
+            raise ValueError(f"positions {tuple(pos_q.shape)} do not match the input {tuple(x.shape[:2])}")
+        pos_q = pos_q.to(x.device)
+        pos_k = pos_q if pos_k is None else pos_k.to(x.device)
+        runtime.check_positions(self.pe, pos_k)
+        x = runtime.dropout(self.drop, self.pe.embed(x, pos_q))
+        # a method replaces RoPE's hooks; a per-layer pattern's other layers keep their own
+        state = None if method is not None and self.pe.rotary else self.pe.prepare(pos_q, pos_k)
+        ctx = AttentionContext(state, pos_q, pos_k, self.cfg.causal, cache, method, runtime)
         for block in self.blocks:
             x = block(x, ctx)
         return self.final_norm(x)
