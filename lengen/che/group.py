@@ -2,8 +2,9 @@
 one forward and one backward per step for all N, each model with what `lengen train` would give
 it alone. The forward is the model's own (CHEModel.hidden and its readout, through the same
 attention, encoding hooks and logit scaling) run by torch.func.functional_call under vmap over the
-stacked weights, what differs per model injected as its runtime (lengen.che.stack.MemberRuntime); this module holds only what is about groups: the stack, the buckets, the padding, the
-stacked Adam and clipping, the dropout plan and the loop.
+stacked weights, what differs per model injected as its runtime (lengen.che.stack.MemberRuntime);
+this module holds only what is about groups: the stack, the buckets, the padding, the stacked
+Adam and clipping, the dropout plan and the loop.
 
 Each model keeps its own initial weights (built with its seed exactly as `train` builds them),
 data stream and positions (its own numpy and torch generators, drawn in the same order as
