@@ -16,7 +16,7 @@ from test_hf_extend import check_generate_equals_full_forwards, logits, tokens  
 
 from lengen.errors import LengenError  # noqa: E402
 from lengen.hf import banded, extend, restore  # noqa: E402
-from lengen.hf.patch import route_of  # noqa: E402
+from lengen.hf.extensions import route_of  # noqa: E402
 
 
 def naive_window(q, k, v, window, scale):

@@ -17,7 +17,7 @@ from test_hf_extend import (  # noqa: E402
 from lengen.errors import LengenError  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
 from lengen.hf.arch import inspect_model  # noqa: E402
-from lengen.hf.patch import route_of  # noqa: E402
+from lengen.hf.extensions import route_of  # noqa: E402
 
 CASES = [(name, impl) for name in FAMILIES for impl in IMPLEMENTATIONS[name]]
 # one method per family for the per-pair reference and the cache check; Gemma 2's soft-capped

@@ -23,7 +23,6 @@ route runs and gives each layer its LayerPlan.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -32,11 +31,10 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
+from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.positions import PositionTracker
 from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
-
-_EXTENSIONS: "weakref.WeakKeyDictionary[nn.Module, Extension]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
@@ -163,8 +161,8 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     own RoPE base) and to windowed layers whose window exceeds train_length; sliding / chunked
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
-    if model in _EXTENSIONS:
-        raise LengenError(f"the model is already extended with {_EXTENSIONS[model].spec!r}; "
+    if model in EXTENDED:
+        raise LengenError(f"the model is already extended with {EXTENDED[model].spec!r}; "
                           "call lengen.hf.restore(model) first")
     options = dict(options)
     parts = inspect_model(model, require_attention=False)
@@ -222,8 +220,8 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
                 ext.plans[layer.index] = LayerPlan("pass")
         ext.handles = ext.tracker.attach(parts.base, rotary)
         for module in parts.attentions:
-            attn._OWNERS[module] = ext
-    _EXTENSIONS[model] = ext
+            OWNERS[module] = ext
+    EXTENDED[model] = ext
     return model
 
 
@@ -246,7 +244,7 @@ def _check_layers(spec: str, method, extended: list) -> None:
 
 def restore(model: nn.Module) -> nn.Module:
     """Undo extend(): the model computes exactly what it computed before."""
-    ext = _EXTENSIONS.pop(model, None)
+    ext = EXTENDED.pop(model, None)
     if ext is None:
         raise LengenError("the model is not extended by lengen.hf")
     for key, (inv_freq, scaling) in ext.saved.items():
@@ -256,24 +254,10 @@ def restore(model: nn.Module) -> nn.Module:
     for handle in ext.handles:
         handle.remove()
     for module in ext.parts.attentions:
-        attn._OWNERS.pop(module, None)
+        OWNERS.pop(module, None)
     if ext.route == "attention":
         _set_implementation(model, ext.parts.attn_implementation)
     return model
-
-
-def extension_of(model: nn.Module) -> str | None:
-    """The spec a model is extended with, or None."""
-    ext = _EXTENSIONS.get(model)
-    return None if ext is None else ext.spec
-
-
-def route_of(model: nn.Module) -> str | None:
-    """How an extended model runs the method: "rotary" (a frequency method: the rotary table is
-    changed, the model's own attention kept) or "attention" (lengen's attention replaces it);
-    None when the model is not extended."""
-    ext = _EXTENSIONS.get(model)
-    return None if ext is None else ext.route
 
 
 def _set_implementation(model: nn.Module, name: str) -> None:
