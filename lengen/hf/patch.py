@@ -8,7 +8,7 @@ Two routes, both through transformers' own extension points (no forward is repla
     a `rope_parameters` config.
   * "attention": every other method (dynamic, remapping, log-n) sets the rotary module to the
     identity, and a lengen attention function registered with AttentionInterface applies the
-    method to un-rotated q/k at their positions (lengen.hf.attention, lengen.hf.positions). The
+    method to un-rotated q/k at their positions (lengen.hf.attention, lengen.hf.tracker). The
     KV cache then holds un-rotated keys, so decoding with the cache gives the logits of full
     forward passes. Dynamic NTK re-rotates every cached key at the current length's frequencies
     (HF's own dynamic mixes bases in its cache, transformers#25104); its cached keys and values
@@ -33,7 +33,7 @@ from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
 from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
-from lengen.hf.positions import PositionTracker
+from lengen.hf.tracker import PositionTracker
 from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
 
 
