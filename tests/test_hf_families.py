@@ -417,7 +417,7 @@ def test_evaluation_nll_is_the_models_own_output(name, extra):
     must apply what each family's forward does after the head: Gemma's final-logit soft-capping
     (Gemma 2: 30 by default), Granite's logits_scaling. Reference: the cross-entropy of the
     model's own forward logits."""
-    from lengen.hf.evaluate import nll_fn
+    from lengen.hf.scoring import nll_fn
     from lengen.protocols import nll_from_logits
 
     model, ids = tiny_family(name, IMPLEMENTATIONS[name][-1], **extra), tokens()

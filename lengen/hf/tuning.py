@@ -39,11 +39,13 @@ from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.formats import count_noun
 from lengen.hf.arch import inspect_model
-from lengen.hf.evaluate import (EvalSettings, attention_hints, bos_prefix, corpus_encoder, greedy_fn, load,
-                                load_reason, load_tokenizer, nll_fn, read_config, sequences_digest)
 from lengen.hf.identity import legacy_model, model_fingerprint
+from lengen.hf.loading import (attention_hints, bos_prefix, corpus_encoder, load, load_reason, load_tokenizer,
+                               read_config)
 from lengen.hf.patch import extend, restore
+from lengen.hf.scoring import greedy_fn, nll_fn, sequences_digest
 from lengen.hf.search import DEFAULT_METHODS, SPACES, SearchResult, Setting, search, spaces_for
+from lengen.hf.settings import EvalSettings
 from lengen.progress import progress_bar
 from lengen.protocols import passkey_accuracy, write_csv
 from lengen.protocols.report import csv_disagreement

@@ -1,0 +1,88 @@
+"""What `lengen hf eval` is given (EvalSettings), and its checks before the model loads: the
+protocol's options, the weights' dtype, the attention implementation, the precision, the model
+folder, and each method's spec against the trained length (for which the config alone is read)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lengen.devices import check_precision
+from lengen.errors import LengenError
+from lengen.extrapolation import RopeSpec, check_window, is_plain
+from lengen.hf.arch import check_train_length
+from lengen.hf.loading import read_config
+from lengen.protocols.ruler import check_tasks
+
+# "banded": sdpa with sliding-window layers computed in bands (lengen.hf.banded; long inputs)
+ATTN_CHOICES = ("sdpa", "eager", "banded")
+WEIGHT_DTYPES = ("float32", "bfloat16", "float16")
+METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy", "ruler": "accuracy"}
+
+
+@dataclass
+class EvalSettings:
+    model_path: str
+    methods: list[str]
+    lengths: list[int]
+    protocol: str = "ppl"
+    gguf_file: str | None = None
+    corpus: str | None = None        # None: the Python standard library's sources
+    docs: int = 2                    # ppl / last-segment: corpus sequences
+    segment: int | None = None       # last-segment: scored tokens (default min(lengths) // 2)
+    trials: int = 10                 # passkey prompts per length; ruler: per task and length
+    seed: int = 0                    # passkey / ruler prompts' keys, values and depths
+    tasks: list[str] | None = None   # ruler: None = every task (lengen.protocols.ruler.TASKS)
+    dtype: str = "float32"
+    attn: str = "sdpa"
+    train_length: int | None = None  # default: config.max_position_embeddings
+    device: str = "auto"             # auto | cpu | cuda | cuda:N (lengen.devices)
+    precision: str = "fp32"          # fp32 | tf32 | bf16: the forward passes' numeric mode
+
+    def check(self) -> None:
+        if self.protocol not in METRIC:
+            raise LengenError(f"unknown protocol {self.protocol!r}; valid: {', '.join(METRIC)}")
+        if not self.methods:
+            raise LengenError("give at least one method (--methods rope yarn:factor=4 ...)")
+        if not self.lengths or min(self.lengths) < 2:
+            raise LengenError("lengths must be >= 2 tokens")
+        if self.docs < 1 or self.trials < 1:
+            raise LengenError("--docs and --trials must be >= 1")
+        check_train_length(self.train_length)
+        if self.protocol == "ruler":
+            self.tasks = check_tasks(self.tasks)
+        if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
+            raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
+        if self.dtype not in WEIGHT_DTYPES:
+            raise LengenError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.dtype!r}")
+        if self.attn not in ATTN_CHOICES:
+            raise LengenError(f"--attn must be one of {', '.join(ATTN_CHOICES)}, got {self.attn!r}")
+        check_precision(self.precision)
+        if self.precision == "bf16" and self.dtype == "float16":
+            raise LengenError("--precision bf16 autocasts to bfloat16, which float16 weights cannot mix "
+                              "with; use --dtype bfloat16 or float32, or --precision fp32")
+        self.check_model_path()
+        self.check_methods()
+
+    def segment_tokens(self) -> int:
+        return self.segment or max(1, min(self.lengths) // 2)
+
+    def check_methods(self) -> None:
+        """Build every spec before the (slow) model load: for the trained length the run will use
+        (the config's unless --train-length; a window past it is refused), a stand-in head size."""
+        specs = [spec for spec in self.methods if not is_plain(spec)]
+        if specs:
+            L0 = self.train_length or int(read_config(self.model_path, self.gguf_file).max_position_embeddings)
+            for spec in specs:
+                check_window(spec, RopeSpec(rotary_dim=64, train_length=L0))
+
+    def check_model_path(self) -> None:
+        path = Path(self.model_path)
+        if not path.is_dir():
+            raise LengenError(f"MODEL_PATH {self.model_path!r} is not a local folder (lengen hf eval "
+                              "loads local models only, nothing is downloaded)")
+        if self.gguf_file and not (path / self.gguf_file).is_file():
+            raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
+        if not self.gguf_file and not (path / "config.json").exists():
+            raise LengenError(f"{path} is not a Hugging Face model folder (no config.json); give a folder "
+                              "written by save_pretrained, or a GGUF file with --gguf-file")
