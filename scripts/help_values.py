@@ -22,8 +22,7 @@ from lengen.arith.positions import ARITH_POSITIONS
 from lengen.devices import PRECISIONS
 from lengen.hf import describe
 from lengen.hf.search import DEFAULT_METHODS, SPACES
-from lengen.hf.settings import ATTN_CHOICES, METRIC, WEIGHT_DTYPES, EvalSettings
-from lengen.hf.tuning import TuneSettings
+from lengen.hf.settings import ATTN_CHOICES, METRIC, WEIGHT_DTYPES, EvalSettings, TuneSettings
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig
 from lengen.mlm.config import MLMConfig

@@ -333,7 +333,7 @@ def test_says_when_the_choice_is_no_better_than_rope_or_the_default_on_the_evalu
      ({"eval_ppl": 9.0, "eval_passkey": 0.5}, "d"), ["default"]),
 ])
 def test_no_better_than_compares_on_the_evaluation_slice(chosen, rope, default, expected):
-    from lengen.hf.tuning import format_result, no_better_than
+    from lengen.hf.tune_report import format_result, no_better_than
 
     evaluation = [{"role": "chosen", "spec": chosen[1], **chosen[0]}, {"role": "rope", "spec": "rope", **rope},
                   {"role": "default", "spec": default[1], **default[0]}]

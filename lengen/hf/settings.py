@@ -1,17 +1,21 @@
-"""What `lengen hf eval` is given (EvalSettings), and its checks before the model loads: the
-protocol's options, the weights' dtype, the attention implementation, the precision, the model
-folder, and each method's spec against the trained length (for which the config alone is read)."""
+"""What `lengen hf eval` and `hf tune` are given (EvalSettings, TuneSettings), and every check of it
+that needs no weights, made before the model loads: the protocol's or the search's options, the
+weights' dtype, the attention implementation, the precision, the model folder, the texts, and the
+trained length and each method's spec against it (for which the config alone is read)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lengen.data.sources import resolve_source
 from lengen.devices import check_precision
 from lengen.errors import LengenError
 from lengen.extrapolation import RopeSpec, check_window, is_plain
 from lengen.hf.arch import check_train_length
 from lengen.hf.loading import read_config
+from lengen.hf.search import DEFAULT_METHODS, SPACES
 from lengen.protocols.ruler import check_tasks
 
 # "banded": sdpa with sliding-window layers computed in bands (lengen.hf.banded; long inputs)
@@ -86,3 +90,68 @@ class EvalSettings:
         if not self.gguf_file and not (path / "config.json").exists():
             raise LengenError(f"{path} is not a Hugging Face model folder (no config.json); give a folder "
                               "written by save_pretrained, or a GGUF file with --gguf-file")
+
+
+@dataclass
+class TuneSettings:
+    model_path: str
+    length: int                       # target context length L
+    text: str | None = None           # file, folder or glob; None: the standard library's sources
+    methods: list[str] = field(default_factory=lambda: list(DEFAULT_METHODS))
+    budget: float = 60.0              # minutes of search (the evaluation slice comes after)
+    eval_text: str | None = None      # the evaluation slice from another text
+    tune_docs: int = 2                # sequences in the tune slice
+    eval_docs: int = 2                # sequences in the evaluation slice
+    segment: int | None = None        # scored final tokens (default L // 2)
+    logn: bool = True                 # also try every setting with +logn
+    margin: float = 0.5               # early stopping: nats worse than the best finished setting
+    refine: bool = True
+    passkey: int = 0                  # passkey prompts per finalist (0: perplexity only)
+    seed: int = 0                     # passkey prompts: seed for choosing; seed + 1 for the report
+    gguf_file: str | None = None
+    dtype: str = "float32"
+    attn: str = "sdpa"
+    train_length: int | None = None   # default: the config's (original_)max_position_embeddings
+    device: str = "auto"
+    precision: str = "fp32"
+
+    def segment_tokens(self) -> int:
+        return max(1, self.length // 2) if self.segment is None else self.segment
+
+    def eval_settings(self) -> EvalSettings:
+        return EvalSettings(self.model_path, ["rope"], [self.length], protocol="last-segment",
+                            gguf_file=self.gguf_file, corpus=self.text, docs=self.tune_docs,
+                            segment=self.segment_tokens(), dtype=self.dtype, attn=self.attn,
+                            train_length=self.train_length, device=self.device, precision=self.precision)
+
+    def check(self) -> None:
+        """Every check that needs no model weights (the config is read for L0)."""
+        bad = [m for m in self.methods if m not in SPACES]
+        if not self.methods or bad:
+            raise LengenError(f"lengen hf tune searches the methods {', '.join(SPACES)}; "
+                              + (f"got {bad[0]!r}" if bad else "give at least one"))
+        if len(set(self.methods)) != len(self.methods):
+            raise LengenError("a method is given twice in --methods")
+        if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and self.budget > 0):
+            raise LengenError(f"--budget must be > 0 minutes, got {self.budget}")
+        if self.tune_docs < 1 or self.eval_docs < 1:
+            raise LengenError("--tune-docs and --eval-docs must be >= 1")
+        if not 1 <= self.segment_tokens() <= self.length:
+            raise LengenError(f"--segment must be in 1..{self.length} (the length)")
+        if self.passkey < 0 or self.seed < 0:
+            raise LengenError("--passkey and --seed must be >= 0")
+        if not self.margin > 0:
+            raise LengenError(f"--margin must be > 0 nats, got {self.margin}")
+        self.eval_settings().check()        # --train-length, dtype, attn, precision, model folder, --gguf-file
+        for text in (self.text, self.eval_text):
+            resolve_source(text)            # a missing text file fails here
+        L0 = self.trained_length()
+        if self.length <= L0:
+            raise LengenError(f"--length {self.length} is not beyond the trained length {L0}: "
+                              "there is nothing to extend (plain RoPE is the model as trained)")
+
+    def trained_length(self) -> int:
+        if self.train_length:
+            return self.train_length
+        config = read_config(self.model_path, self.gguf_file)
+        return int(getattr(config, "original_max_position_embeddings", None) or config.max_position_embeddings)
