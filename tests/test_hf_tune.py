@@ -162,10 +162,10 @@ def test_the_evaluation_slice_never_holds_tune_slice_tokens(model_dir, tmp_path)
     """A text of one document: both slices come from it, so the evaluation slice is the sequences
     after the tune slice's (other tokens of the same document, said in shared_documents), and its
     reported perplexities are of those sequences, scored by hand here."""
-    (tmp_path / "one").mkdir()
-    (tmp_path / "one" / "a.txt").write_text(TEXTS["a.txt"])
     from lengen.hf import tune
 
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "a.txt").write_text(TEXTS["a.txt"])
     result = tune(model_path=str(model_dir / "model"), length=L, text=str(tmp_path / "one"), segment=SEGMENT,
                   methods=["rerope"], logn=False, refine=False, budget=5, out=tmp_path / "out", progress=False)
     meta = result["meta"]
