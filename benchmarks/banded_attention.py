@@ -50,7 +50,8 @@ def load_model(impl: str, args):
     from lengen.hf import banded
 
     if args.model:
-        from lengen.hf.evaluate import EvalSettings, load
+        from lengen.hf.loading import load
+        from lengen.hf.settings import EvalSettings
 
         model, _ = load(EvalSettings(model_path=args.model, gguf_file=args.gguf_file, methods=["rope"],
                                      lengths=[2], attn=impl))

@@ -69,7 +69,7 @@ def timed(model, ids, device):
 
 
 def path_of(model, device) -> str:
-    from lengen.hf.patch import route_of
+    from lengen.hf.extensions import route_of
     from lengen.kernels import flex_remap
 
     if route_of(model) == "rotary":

@@ -50,7 +50,7 @@ from lengen import io  # noqa: E402
 from lengen.formatting import count_noun  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
-from lengen.hf.tuning import evaluation_source  # noqa: E402
+from lengen.hf.tune_report import evaluation_source  # noqa: E402
 from lengen.inspect import inspect_run  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
 from lengen.protocols.report import pivot_table, plot_results  # noqa: E402

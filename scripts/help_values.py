@@ -21,9 +21,8 @@ from lengen.arith.formats import FORMATS
 from lengen.arith.coupling import ARITH_POSITIONS
 from lengen.devices import PRECISIONS
 from lengen.hf import describe
-from lengen.hf.evaluate import ATTN_CHOICES, METRIC, WEIGHT_DTYPES, EvalSettings
 from lengen.hf.search import DEFAULT_METHODS, SPACES
-from lengen.hf.tuning import TuneSettings
+from lengen.hf.settings import ATTN_CHOICES, METRIC, WEIGHT_DTYPES, EvalSettings, TuneSettings
 from lengen.lm.config import LMConfig
 from lengen.lm.evaluate import PROTOCOLS, LMEvalConfig
 from lengen.mlm.config import MLMConfig
@@ -56,9 +55,9 @@ def values() -> dict[str, object]:
         "ARITH_FORMATS": list(FORMATS),                         # lengen.arith.formats
         "ARITH_POSITIONS": ARITH_POSITIONS.names(),             # lengen.arith.coupling
         "LM_PROTOCOLS": list(PROTOCOLS),                        # lengen.lm.evaluate
-        "HF_PROTOCOLS": list(METRIC),                           # lengen.hf.evaluate
+        "HF_PROTOCOLS": list(METRIC),                           # lengen.hf.settings
         "USED_BY": {option: used_by(option) for option in USED_BY},  # lengen.protocols.options
-        "HF_ATTN_CHOICES": list(ATTN_CHOICES),                  # lengen.hf.evaluate
+        "HF_ATTN_CHOICES": list(ATTN_CHOICES),                  # lengen.hf.settings
         "HF_WEIGHT_DTYPES": list(WEIGHT_DTYPES),
         "HF_METHODS_DOC": describe.__doc__,                     # lengen.hf.describe
         "TUNE_METHODS": list(DEFAULT_METHODS),                  # lengen.hf.search

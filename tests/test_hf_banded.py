@@ -16,7 +16,7 @@ from test_hf_extend import check_generate_equals_full_forwards, logits, tokens  
 
 from lengen.errors import LengenError  # noqa: E402
 from lengen.hf import banded, extend, restore  # noqa: E402
-from lengen.hf.patch import route_of  # noqa: E402
+from lengen.hf.extensions import route_of  # noqa: E402
 
 
 def naive_window(q, k, v, window, scale):
@@ -184,7 +184,7 @@ def test_use_refuses_what_it_cannot_band():
 
 
 def test_eval_suggests_banded_only_where_sdpa_would_build_large_sliding_masks():
-    from lengen.hf.evaluate import banded_hint
+    from lengen.hf.loading import banded_hint
 
     gemma = tiny_family("gemma3", "sdpa")
     hint = banded_hint(gemma, "sdpa", 4 * WINDOW)
@@ -237,7 +237,7 @@ def test_grouped_query_layers_get_repeated_keys_where_sdpa_would_take_the_math_k
 
 
 def test_eval_warns_where_sdpa_would_score_a_grouped_query_model_on_the_math_kernel():
-    from lengen.hf.evaluate import math_kernel_hint
+    from lengen.hf.loading import math_kernel_hint
 
     config = tiny_family("olmo2", "sdpa").config      # 4 query, 2 key/value heads
     cuda, cpu, f32 = torch.device("cuda"), torch.device("cpu"), torch.float32
@@ -265,7 +265,7 @@ def test_banded_model_on_cuda_in_float32_needs_no_math_kernel():
 
 
 def test_eval_and_tune_print_every_note_that_applies():
-    from lengen.hf.evaluate import attention_hints
+    from lengen.hf.loading import attention_hints
 
     gemma = tiny_family("gemma3", "sdpa")
     cpu = torch.device("cpu")

@@ -131,7 +131,7 @@ def test_lengths_accept_k_suffix_and_commas(model_dir, tmp_path, capsys):
 def test_nll_fn_follows_the_shared_convention(model_dir):
     # lengen.protocols scores a window of L + 1 tokens as a context of L tokens: the chunked
     # nll_fn must give [B, last] equal to the full logits' cross-entropy
-    from lengen.hf.evaluate import nll_fn
+    from lengen.hf.scoring import nll_fn
     from lengen.protocols import nll_from_logits, perplexity_vs_length
 
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
@@ -149,7 +149,9 @@ def test_nll_fn_follows_the_shared_convention(model_dir):
 
 def test_corpus_sequences_come_from_lengen_data_with_the_model_tokenizer(model_dir, tmp_path):
     from lengen.errors import LengenError
-    from lengen.hf.evaluate import EvalSettings, corpus_encoder, sequences
+    from lengen.hf.loading import corpus_encoder
+    from lengen.hf.scoring import sequences
+    from lengen.hf.settings import EvalSettings
 
     tok = char_tokenizer()
     settings = EvalSettings(str(model_dir / "model"), ["rope"], [32, 100], corpus=str(model_dir / "corpus"),
@@ -173,7 +175,9 @@ def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir):
     """A model whose tokenizer begins every text with BOS (Gemma: it degrades without it) is scored
     on sequences that begin so: BOS, then the text's first L tokens, L + 1 in all. A tokenizer that
     adds none (the char tokenizer, SmolLM2's) gets the text alone, as before."""
-    from lengen.hf.evaluate import EvalSettings, bos_prefix, sequences
+    from lengen.hf.loading import bos_prefix
+    from lengen.hf.scoring import sequences
+    from lengen.hf.settings import EvalSettings
 
     tok = bos_char_tokenizer()
     assert tok("ab")["input_ids"] == [tok.bos_token_id, tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")]
@@ -190,7 +194,8 @@ def test_sequences_begin_with_the_bos_the_tokenizer_adds(model_dir):
 def test_last_segment_windows_begin_with_bos_at_every_length(model_dir, tmp_path):
     """hf eval's last-segment rows at a shorter length score BOS + the text's final tokens, as the
     longest does: checked against the model's own logits on windows built here."""
-    from lengen.hf.evaluate import EvalSettings, run
+    from lengen.hf.evaluate import run
+    from lengen.hf.settings import EvalSettings
 
     model_path = tmp_path / "bos-model"
     shutil.copytree(model_dir / "model", model_path)
@@ -238,7 +243,7 @@ def test_resuming_rows_scored_without_bos_is_refused(model_dir, tmp_path, capsys
     ("GPT2Tokenizer", "5.17.0", None)])
 def test_gguf_gemma_tokenizer_needs_transformers_5_23(cls, version, problem):
     """Measured on Gemma 3 270M's GGUF (docs/huggingface.md): the releases that read it wrongly."""
-    from lengen.hf.evaluate import gguf_tokenizer_problem
+    from lengen.hf.loading import gguf_tokenizer_problem
 
     got = gguf_tokenizer_problem(cls, version)
     assert (got is None) if problem is None else (problem in got and version in got)

@@ -82,7 +82,8 @@ def test_bad_precision_is_refused_before_loading(model_dir, tmp_path, capsys, mo
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--precision bf16" in err and "float16" in err
     assert not out.exists()
-    from lengen.hf.evaluate import EvalSettings, run
+    from lengen.hf.evaluate import run
+    from lengen.hf.settings import EvalSettings
 
     with pytest.raises(LengenError, match="unknown precision 'half'"):
         run(EvalSettings(str(model_dir / "model"), ["rope"], [32], precision="half"), progress=False)

@@ -154,7 +154,7 @@ def test_restore_gives_back_the_exact_model(spec):
 
 
 def test_route_of_says_whether_the_model_keeps_its_attention():
-    from lengen.hf.patch import route_of
+    from lengen.hf.extensions import route_of
 
     model = tiny("sdpa")
     assert route_of(model) is None

@@ -17,7 +17,7 @@ from test_hf_extend import (  # noqa: E402
 from lengen.errors import LengenError  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
 from lengen.hf.arch import inspect_model  # noqa: E402
-from lengen.hf.patch import route_of  # noqa: E402
+from lengen.hf.extensions import route_of  # noqa: E402
 
 CASES = [(name, impl) for name in FAMILIES for impl in IMPLEMENTATIONS[name]]
 # one method per family for the per-pair reference and the cache check; Gemma 2's soft-capped
@@ -254,6 +254,31 @@ def test_each_layer_type_is_scaled_from_its_own_base(spec):
     torch.testing.assert_close(logits(model, ids), theirs, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("window,extended", [(TRAIN - 1, False), (TRAIN, False), (TRAIN + 1, True)])
+def test_a_sliding_window_is_extended_only_past_the_trained_length(window, extended):
+    """The boundary of Layer.extended: a window of L0 keys (distances up to L0 - 1, all trained)
+    keeps the layer's own RoPE, as one below it does; one more key and the method applies there.
+    Gemma 3 with yarn against transformers' per-layer-type rope_parameters, and a remapping
+    method refused exactly where the sliding layers are extended."""
+    ids = tokens()
+    model = tiny_family("gemma3", "eager", sliding_window=window)
+    assert [layer.extended(TRAIN) for layer in inspect_model(model).layers] == [extended, True] * 2
+    extend(model, "yarn:factor=4")
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAIN}
+    sliding = {**yarn, "rope_theta": 1e4} if extended else {"rope_type": "default", "rope_theta": 1e4}
+    reference = hf_reference("gemma3", "eager", sliding_window=window, rope_parameters={
+        "full_attention": {**yarn, "rope_theta": 1e6}, "sliding_attention": sliding})
+    reference.load_state_dict(model.state_dict())
+    torch.testing.assert_close(logits(model, ids), logits(reference, ids), atol=1e-5, rtol=0)
+    restore(model)
+    if extended:
+        with pytest.raises(LengenError, match=f"sliding layer whose window \\({window}\\) exceeds"):
+            extend(model, "rerope:window=8")
+    else:
+        extend(model, "rerope:window=8")
+        restore(model)
+
+
 def test_llama4_chunked_rope_layers_within_the_trained_length_are_kept():
     """Llama 4's RoPE layers attend within chunks (8 < L0 = 32) and its NoPE layer has no
     positions: no layer takes a method, so the model is its own at twice L0."""
@@ -392,7 +417,7 @@ def test_evaluation_nll_is_the_models_own_output(name, extra):
     must apply what each family's forward does after the head: Gemma's final-logit soft-capping
     (Gemma 2: 30 by default), Granite's logits_scaling. Reference: the cross-entropy of the
     model's own forward logits."""
-    from lengen.hf.evaluate import nll_fn
+    from lengen.hf.scoring import nll_fn
     from lengen.protocols import nll_from_logits
 
     model, ids = tiny_family(name, IMPLEMENTATIONS[name][-1], **extra), tokens()

@@ -185,7 +185,7 @@ def test_search_spaces_respect_each_methods_constraints():
 
 
 def test_slices_never_share_tokens_and_share_documents_only_when_the_text_has_too_few():
-    from lengen.hf.tuning import pieces, split_slices
+    from lengen.hf.tune_slices import pieces, split_slices
 
     rng = np.random.default_rng(0)
     docs = [rng.integers(2, 50, n) for n in (300, 250, 40, 50, 30)]

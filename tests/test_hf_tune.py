@@ -158,6 +158,34 @@ def test_eval_text_reports_on_another_source(model_dir, tmp_path):
         last_segment_ppl(model, [d[:L + 1], d[L + 1:2 * L + 2]], result["chosen"]), rel=1e-5)
 
 
+def test_the_evaluation_slice_never_holds_tune_slice_tokens(model_dir, tmp_path):
+    """A text of one document: both slices come from it, so the evaluation slice is the sequences
+    after the tune slice's (other tokens of the same document, said in shared_documents), and its
+    reported perplexities are of those sequences, scored by hand here."""
+    from lengen.hf import tune
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "a.txt").write_text(TEXTS["a.txt"])
+    result = tune(model_path=str(model_dir / "model"), length=L, text=str(tmp_path / "one"), segment=SEGMENT,
+                  methods=["rerope"], logn=False, refine=False, budget=5, out=tmp_path / "out", progress=False)
+    meta = result["meta"]
+
+    def spans(slice_):
+        return [(s["start"], s["start"] + s["tokens"]) for s in slice_]
+
+    assert {d for s in meta["tune_slice"] + meta["eval_slice"] for d in s["documents"]} == {"a.txt"}
+    assert all(stop <= start or end <= begin
+               for begin, stop in spans(meta["tune_slice"]) for start, end in spans(meta["eval_slice"]))
+    assert spans(meta["tune_slice"]) + spans(meta["eval_slice"]) == [(k * (L + 1), (k + 1) * (L + 1))
+                                                                      for k in range(4)]
+    assert meta["shared_documents"] == ["a.txt"] and meta["tune_tokens"] != meta["eval_tokens"]
+    a = ids_of(TEXTS["a.txt"])
+    eval_seqs = [a[2 * L + 2:3 * L + 3], a[3 * L + 3:4 * L + 4]]
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
+    for e in result["evaluation"]:
+        assert e["eval_ppl"] == pytest.approx(last_segment_ppl(model, eval_seqs, e["spec"]), rel=1e-5)
+
+
 def test_slices_begin_with_the_bos_the_tokenizer_adds(model_dir, tmp_path):
     """As in hf eval: a tokenizer that begins every text with BOS gets sequences BOS + L tokens of
     the text (the text cut into consecutive pieces of L), scored by hand here."""
@@ -305,7 +333,7 @@ def test_says_when_the_choice_is_no_better_than_rope_or_the_default_on_the_evalu
      ({"eval_ppl": 9.0, "eval_passkey": 0.5}, "d"), ["default"]),
 ])
 def test_no_better_than_compares_on_the_evaluation_slice(chosen, rope, default, expected):
-    from lengen.hf.tuning import format_result, no_better_than
+    from lengen.hf.tune_report import format_result, no_better_than
 
     evaluation = [{"role": "chosen", "spec": chosen[1], **chosen[0]}, {"role": "rope", "spec": "rope", **rope},
                   {"role": "default", "spec": default[1], **default[0]}]

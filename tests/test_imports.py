@@ -19,14 +19,19 @@ def _lazy_ok(module: str) -> bool:
     return any(module == ok or module.startswith(ok + ".") for ok in LAZY_OK)
 
 
+def _from(node: ast.ImportFrom, package: str) -> str:
+    """The module `from MODULE import ...` names, a relative one resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
 def _imported(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
     """The modules `node` may load, relative imports resolved against `package`."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
-    base = node.module or ""
-    if node.level:
-        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-        base = ".".join(parts + ([node.module] if node.module else []))
+    base = _from(node, package)
     # `from lengen import hf` loads lengen.hf: a name may be a submodule
     submodules = [f"{base}.{a.name}" for a in node.names]
     return submodules if all(map(_lazy_ok, submodules)) else [base]
@@ -74,6 +79,111 @@ def test_the_check_sees_a_function_level_import(tmp_path):
     found = violations([pkg / "mod.py"], root=tmp_path / "lengen")
     assert found == ["lengen/demo_pkg/mod.py:5: numpy", "lengen/demo_pkg/mod.py:6: lengen.che",
                      "lengen/demo_pkg/mod.py:7: lengen.demo_pkg", "lengen/demo_pkg/mod.py:14: yaml"]
+
+
+def test_lengen_hf_imports_its_own_modules_at_the_top():
+    """Inside lengen.hf only the optional libraries are imported on use; lengen's own modules,
+    lengen.hf's included, at the top (an import inside banded.use once hid the circle
+    hf.attention -> hf.banded -> hf.patch -> hf.attention)."""
+    found = [f"lengen/hf/{path.relative_to(ROOT / 'hf').as_posix()}:{line}: {module}"
+             for path in sorted((ROOT / "hf").rglob("*.py"))
+             for line, module in function_level_imports(path) if module.split(".")[0] == "lengen"]
+    assert not found, "lengen modules imported inside functions of lengen.hf:\n" + "\n".join(found)
+
+
+def package_modules(root: Path = ROOT) -> dict[str, Path]:
+    """{dotted name: file} of every module of the package in the folder `root` (a package by its
+    __init__.py, named by the package)."""
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _runs(node: ast.AST) -> list[ast.AST]:
+    """The statements under `node` that may run: all but the body of an `if TYPE_CHECKING:`."""
+    if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+        return node.orelse
+    return list(ast.iter_child_nodes(node))
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, at the top or inside a function (an import in a
+    function only hides a circle: it runs once the function does), not under `if TYPE_CHECKING:`.
+    `from package import name` is an edge to package.name where that is a module, else to the
+    package (its __init__)."""
+    modules = package_modules(root)
+    graph = {}
+    for name, path in modules.items():
+        package = ".".join(path.relative_to(root.parent).parts[:-1])
+        edges, todo = set(), [ast.parse(path.read_text(), str(path))]
+        while todo:
+            node = todo.pop()
+            todo += _runs(node)
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _from(node, package)
+                edges.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+        graph[name] = {m for m in edges if m in modules and m != name}
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[str]:
+    """Each circle of imports: its members (modules that import each other, directly or through
+    one another), then one way round it, "a -> b -> c -> a"."""
+    reach = {m: _reachable(graph, m) for m in graph}
+    circles, seen = [], set()
+    for start in sorted(graph):
+        if start in seen or start not in reach[start]:
+            continue
+        members = sorted(m for m in reach[start] if start in reach[m])
+        seen.update(members)
+        paths, way = {start: [start]}, None   # breadth first, within the members, back to start
+        while way is None:
+            for m, path in list(paths.items()):
+                for n in sorted(graph[m] & set(members)):
+                    if n == start:
+                        way = way or path + [start]
+                    paths.setdefault(n, path + [n])
+        circles.append(f"{', '.join(members)}: {' -> '.join(way)}")
+    return circles
+
+
+def test_no_import_circle_among_lengen_modules():
+    found = import_circles(import_graph())
+    assert not found, ("modules that import each other (move what they share into a module below "
+                       "both):\n" + "\n".join(found))
+
+
+def test_the_check_sees_an_import_circle(tmp_path):
+    """A circle closed only by an import inside a function (as hf.attention -> hf.banded ->
+    hf.patch -> hf.attention was) is one; an import for type hints alone is not."""
+    pkg = tmp_path / "lengen" / "demo_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from lengen.demo_pkg import a\n")
+    (pkg / "a.py").write_text("from lengen.demo_pkg import b\nimport lengen.demo_pkg.d\n")
+    (pkg / "b.py").write_text("from . import c\n")
+    (pkg / "c.py").write_text("import torch\n\n\ndef f():\n    from lengen.demo_pkg.a import g\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                              "    from lengen.demo_pkg import a\nelse:\n    from lengen.demo_pkg import e\n")
+    (pkg / "e.py").write_text("E = 1\n")
+    graph = import_graph(tmp_path / "lengen")
+    assert graph["lengen.demo_pkg"] == {"lengen.demo_pkg.a"} and graph["lengen.demo_pkg.d"] == {"lengen.demo_pkg.e"}
+    assert import_circles(graph) == [
+        "lengen.demo_pkg.a, lengen.demo_pkg.b, lengen.demo_pkg.c: "
+        "lengen.demo_pkg.a -> lengen.demo_pkg.b -> lengen.demo_pkg.c -> lengen.demo_pkg.a"]
 
 
 #: what `import lengen` and any `--help` must not load (issue 49: the help printed after 3-5 s)

@@ -11,7 +11,8 @@ from lengen.cli.options import set_threads
 from lengen.extrapolation import split_methods
 from lengen.errors import LengenError
 from lengen.hf import describe
-from lengen.hf.evaluate import EvalSettings, load_result, result_table, run, save_result
+from lengen.hf.evaluate import load_result, result_table, run, save_result
+from lengen.hf.settings import EvalSettings
 from lengen.io import check_writable
 from lengen.protocols.options import check_protocol_options, split_tasks
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from lengen.cli.options import set_threads
 from lengen.errors import LengenError
 from lengen.extrapolation import split_methods
-from lengen.hf.tuning import TuneSettings, format_result, tune
+from lengen.hf.settings import TuneSettings
+from lengen.hf.tune_report import format_result
+from lengen.hf.tuning import tune
 
 
 def run_tune(args) -> int:

@@ -12,7 +12,9 @@ See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
 from lengen.hf import banded
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES
-from lengen.hf.patch import extend, extension_of, restore
-from lengen.hf.tuning import TuneSettings, tune
+from lengen.hf.extensions import extension_of
+from lengen.hf.patch import extend, restore
+from lengen.hf.settings import TuneSettings
+from lengen.hf.tuning import tune
 
 __all__ = ["banded", "extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]

@@ -14,20 +14,16 @@ the matching mask function, so a model keeps its mask format.
 from __future__ import annotations
 
 import sys
-import weakref
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from lengen.errors import LengenError
-
 from lengen.hf import banded
+from lengen.hf.extensions import OWNERS
 
 # the model's implementation -> the name the extension registers for it (same mask function)
 NAMES = {"eager": "lengen_eager", "sdpa": "lengen_sdpa", banded.NAME: "lengen_banded_extended"}
-
-# attention module -> the Extension driving it (see lengen.hf.patch)
-_OWNERS: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
 
 
 def eager_function(attention_module: torch.nn.Module) -> Callable:
@@ -40,7 +36,7 @@ def eager_function(attention_module: torch.nn.Module) -> Callable:
 
 
 def lengen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    owner = _OWNERS.get(module)
+    owner = OWNERS.get(module)
     if owner is None:
         raise LengenError("this attention layer is set to a lengen attention function but was not "
                           "extended by lengen.hf (a copy of an extended model?): call "

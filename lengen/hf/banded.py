@@ -26,6 +26,7 @@ import torch
 from lengen.errors import LengenError
 from lengen.extrapolation.base import repeat_kv
 from lengen.extrapolation.blockwise import window_attention
+from lengen.hf.extensions import extension_of
 
 NAME = "lengen_banded"
 
@@ -133,8 +134,6 @@ def register() -> None:
 
 def use(model) -> None:
     """Switch a model loaded with attn_implementation="sdpa" to "lengen_banded", in place."""
-    from lengen.hf.patch import extension_of   # patch -> attention imports this module
-
     if extension_of(model) is not None:
         raise LengenError("call lengen.hf.banded.use(model) before lengen.hf.extend(model)")
     current = getattr(model.config, "_attn_implementation", None)

@@ -1,288 +1,48 @@
-"""`lengen hf eval`'s engine: load a local Hugging Face model, apply each method in turn and run
-one protocol of lengen.protocols at every length, on sequences from lengen.data (the corpus
-tokenized with the model's tokenizer).
+"""`lengen hf eval`'s engine: load a local Hugging Face model (lengen.hf.loading), apply each
+method in turn and run one protocol of lengen.protocols at every length (the model scored by
+lengen.hf.scoring), on sequences from lengen.data (the corpus tokenized with the model's
+tokenizer); reuse the rows of an earlier run in the same folder once its settings, BOS and token
+sequences agree; write and read back OUT/results.json, results.csv and plot.png.
 
 Device and precision: the model is loaded on the CPU in settings.dtype (its weights' storage
 type), moved to settings.device, and every forward pass runs in settings.precision: "bf16"
 autocasts the matmuls of float32 (or bfloat16) weights to bfloat16; "tf32" lets CUDA run float32
-matmuls in TensorFloat-32. Token ids go to the model's device in nll_fn / greedy_fn."""
+matmuls in TensorFloat-32."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from lengen import io
-from lengen.data import TextEncoder, load_documents, long_sequences, stdlib_root
-from lengen.devices import check_precision, precision_context, resolve_device
+from lengen.data import stdlib_root
+from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
-from lengen.extrapolation import RopeSpec, check_window, is_plain
-from lengen.hf import banded
-from lengen.hf.arch import check_train_length, decoder_stack, inspect_model
+from lengen.extrapolation import is_plain
+from lengen.hf.arch import inspect_model
 from lengen.hf.identity import legacy_model, model_fingerprint
+from lengen.hf.loading import attention_hints, bos_prefix, load, load_reason, load_tokenizer
 from lengen.hf.patch import extend, restore
+from lengen.hf.scoring import greedy_fn, nll_fn, sequences, sequences_digest
+from lengen.hf.settings import METRIC, EvalSettings
 from lengen.progress import progress_bar
 from lengen.protocols import (last_segment_perplexity, passkey_accuracy, perplexity_vs_length, pivot_table,
                               plot_metric, ruler_accuracy, write_csv)
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY
 from lengen.protocols.report import csv_disagreement
-from lengen.protocols.ruler import check_tasks, ruler_table, task_means
+from lengen.protocols.ruler import ruler_table, task_means
 
 # rows of earlier protocol code (a length of L tokens scored L - 1 targets, other documents and
 # passkey prompts) are not comparable: resuming them is refused
 PROTOCOLS_VERSION = "lengen.protocols"   # the method name that means: the model as trained
-# "banded": sdpa with sliding-window layers computed in bands (lengen.hf.banded; long inputs)
-ATTN_CHOICES = ("sdpa", "eager", "banded")
-WEIGHT_DTYPES = ("float32", "bfloat16", "float16")
-METRIC = {"ppl": "ppl", "last-segment": "ppl", "passkey": "accuracy", "ruler": "accuracy"}
 RULER_COLUMNS = ("method", "task", "length", "accuracy", "correct", "trials", "mean_prompt_tokens", "note")
-
-
-@dataclass
-class EvalSettings:
-    model_path: str
-    methods: list[str]
-    lengths: list[int]
-    protocol: str = "ppl"
-    gguf_file: str | None = None
-    corpus: str | None = None        # None: the Python standard library's sources
-    docs: int = 2                    # ppl / last-segment: corpus sequences
-    segment: int | None = None       # last-segment: scored tokens (default min(lengths) // 2)
-    trials: int = 10                 # passkey prompts per length; ruler: per task and length
-    seed: int = 0                    # passkey / ruler prompts' keys, values and depths
-    tasks: list[str] | None = None   # ruler: None = every task (lengen.protocols.ruler.TASKS)
-    dtype: str = "float32"
-    attn: str = "sdpa"
-    train_length: int | None = None  # default: config.max_position_embeddings
-    device: str = "auto"             # auto | cpu | cuda | cuda:N (lengen.devices)
-    precision: str = "fp32"          # fp32 | tf32 | bf16: the forward passes' numeric mode
-
-    def check(self) -> None:
-        if self.protocol not in METRIC:
-            raise LengenError(f"unknown protocol {self.protocol!r}; valid: {', '.join(METRIC)}")
-        if not self.methods:
-            raise LengenError("give at least one method (--methods rope yarn:factor=4 ...)")
-        if not self.lengths or min(self.lengths) < 2:
-            raise LengenError("lengths must be >= 2 tokens")
-        if self.docs < 1 or self.trials < 1:
-            raise LengenError("--docs and --trials must be >= 1")
-        check_train_length(self.train_length)
-        if self.protocol == "ruler":
-            self.tasks = check_tasks(self.tasks)
-        if self.protocol == "last-segment" and not 1 <= self.segment_tokens() <= min(self.lengths):
-            raise LengenError(f"--segment must be in 1..{min(self.lengths)} (the shortest length)")
-        if self.dtype not in WEIGHT_DTYPES:
-            raise LengenError(f"--dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {self.dtype!r}")
-        if self.attn not in ATTN_CHOICES:
-            raise LengenError(f"--attn must be one of {', '.join(ATTN_CHOICES)}, got {self.attn!r}")
-        check_precision(self.precision)
-        if self.precision == "bf16" and self.dtype == "float16":
-            raise LengenError("--precision bf16 autocasts to bfloat16, which float16 weights cannot mix "
-                              "with; use --dtype bfloat16 or float32, or --precision fp32")
-        self.check_model_path()
-        self.check_methods()
-
-    def segment_tokens(self) -> int:
-        return self.segment or max(1, min(self.lengths) // 2)
-
-    def check_methods(self) -> None:
-        """Build every spec before the (slow) model load: for the trained length the run will use
-        (the config's unless --train-length; a window past it is refused), a stand-in head size."""
-        specs = [spec for spec in self.methods if not is_plain(spec)]
-        if specs:
-            L0 = self.train_length or int(read_config(self.model_path, self.gguf_file).max_position_embeddings)
-            for spec in specs:
-                check_window(spec, RopeSpec(rotary_dim=64, train_length=L0))
-
-    def check_model_path(self) -> None:
-        path = Path(self.model_path)
-        if not path.is_dir():
-            raise LengenError(f"MODEL_PATH {self.model_path!r} is not a local folder (lengen hf eval "
-                              "loads local models only, nothing is downloaded)")
-        if self.gguf_file and not (path / self.gguf_file).is_file():
-            raise LengenError(f"--gguf-file {self.gguf_file!r} is not a file in {self.model_path}")
-        if not self.gguf_file and not (path / "config.json").exists():
-            raise LengenError(f"{path} is not a Hugging Face model folder (no config.json); give a folder "
-                              "written by save_pretrained, or a GGUF file with --gguf-file")
-
-
-_LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
-
-
-def _load_kwargs(settings: EvalSettings) -> dict:
-    return {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
-
-
-def load_reason(e: Exception) -> str:
-    return " ".join(str(e).split())[:300] or type(e).__name__   # the whole reason, on one line
-
-
-def gguf_tokenizer_problem(tokenizer_class: str, transformers_version: str) -> str | None:
-    """Why this transformers release reads a GGUF file's tokenizer wrongly, or None. Measured on
-    Gemma 3 270M's GGUF (2026-11-28): 5.0-5.17 split text with other merges than the model's
-    (perplexity 106 instead of 5.1 at 512 tokens), 5.18-5.22 add no BOS; 5.23 and 5.24 are right."""
-    if "Gemma" not in tokenizer_class:
-        return None
-    version = tuple(int(p) for p in transformers_version.split(".")[:2] if p.isdigit())
-    if version >= (5, 23):
-        return None
-    what = "splits text with other merges than the model's" if version < (5, 18) else "adds no BOS"
-    return (f"transformers {transformers_version} reads a Gemma GGUF tokenizer wrongly (it {what}); "
-            "GGUF Gemma models need transformers >= 5.23: pip install -U transformers")
-
-
-def read_config(model_path: str, gguf_file: str | None = None):
-    """The model's config alone (cheap: no weights), for checks before the model loads."""
-    from transformers import AutoConfig   # optional (lengen[hf]): imported on use
-
-    kwargs = {"local_files_only": True, **({"gguf_file": gguf_file} if gguf_file else {})}
-    try:
-        return AutoConfig.from_pretrained(model_path, **kwargs)
-    except (OSError, ValueError, KeyError) as e:
-        raise LengenError(f"cannot read the model config in {model_path}: {load_reason(e)}") from None
-
-
-def load_tokenizer(settings: EvalSettings):
-    """The model folder's tokenizer alone (cheap: for checks before the model loads); the folder
-    is checked here."""
-    settings.check_model_path()
-    try:
-        import transformers   # optional (lengen[hf]): imported on use
-    except ImportError:
-        raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
-    except _LOAD_ERRORS as e:
-        raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {load_reason(e)}") from None
-    problem = settings.gguf_file and gguf_tokenizer_problem(type(tokenizer).__name__, transformers.__version__)
-    if problem:
-        raise LengenError(problem)
-    return tokenizer
-
-
-def load(settings: EvalSettings, tokenizer=None):
-    """(model, tokenizer) from a local folder, offline; LengenError when it cannot be loaded.
-    `tokenizer`: one already loaded by load_tokenizer."""
-    try:
-        from transformers import AutoModelForCausalLM   # optional (lengen[hf]): imported on use
-    except ImportError:
-        raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings)   # checks the folder
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            settings.model_path, dtype=getattr(torch, settings.dtype),
-            attn_implementation="sdpa" if settings.attn == "banded" else settings.attn,
-            **_load_kwargs(settings))
-    except _LOAD_ERRORS as e:
-        raise LengenError(f"cannot load a model from {settings.model_path}: {load_reason(e)}") from None
-    if settings.attn == "banded":
-        banded.use(model)
-    return model.eval(), tokenizer
-
-
-def output_logits(model):
-    """hidden [B, T, D] -> float32 logits as the model's own forward gives them: the output head,
-    then what a family does after it (Gemma 2/3: final-logit soft-capping; Granite: division by
-    logits_scaling). Checked against each supported family's forward (tests/test_hf_families.py)."""
-    head, config = model.get_output_embeddings(), model.config.get_text_config()
-    cap = getattr(config, "final_logit_softcapping", None)
-    scaling = getattr(config, "logits_scaling", None)   # Granite and its MoE variants
-
-    def logits(hidden: torch.Tensor) -> torch.Tensor:
-        out = head(hidden)
-        if scaling is not None:
-            out = out / scaling
-        if cap is not None:
-            out = torch.tanh(out / cap) * cap
-        return out.float()
-
-    return logits
-
-
-def nll_fn(model, chunk: int = 1024):
-    """lengen.protocols.NllFn (ids [B, T], last -> [B, last]) for a causal LM: the decoder runs
-    once over the context ids[:, :-1], the output head in chunks of `chunk` positions (a 16k x
-    49k-vocab logits tensor would need 3 GB)."""
-    decoder, logits_of = decoder_stack(model), output_logits(model)
-    device = next(model.parameters()).device
-
-    @torch.inference_mode()
-    def nll(ids: torch.Tensor, last: int) -> torch.Tensor:
-        ids = ids.to(device)
-        hidden = decoder(input_ids=ids[:, :-1], use_cache=False).last_hidden_state[:, -last:]
-        targets = ids[:, -last:]
-        return torch.cat([F.cross_entropy(logits_of(h).transpose(1, 2), t, reduction="none")
-                          for h, t in zip(hidden.split(chunk, dim=1), targets.split(chunk, dim=1))],
-                         dim=1).cpu()
-
-    return nll
-
-
-def banded_hint(model, attn: str, longest: int) -> str | None:
-    """A line suggesting --attn banded where sdpa would build T x T masks for sliding-window
-    layers at inputs well beyond their window (4x or more), else None."""
-    if attn != "sdpa" or not longest:
-        return None
-    try:
-        layers = inspect_model(model, require_attention=False).layers
-    except LengenError:
-        return None
-    windows = sorted({layer.window for layer in layers if layer.kind == "sliding" and layer.window})
-    sliding = sum(layer.kind == "sliding" for layer in layers)
-    if not windows or longest < 4 * windows[0]:
-        return None
-    return (f"note: {sliding} of {len(layers)} layers attend within a sliding window of "
-            f"{windows[0]:,} tokens; with --attn sdpa they get a {longest:,} x {longest:,} mask "
-            f"and each scores every pair. --attn banded computes them in bands (equal up to "
-            f"rounding; docs/huggingface.md)")
-
-
-def math_kernel_hint(config, attn: str, longest: int, device: torch.device, dtype: torch.dtype) -> str | None:
-    """A line suggesting --attn banded where transformers' sdpa would score a grouped-query model
-    on the math kernel (CUDA, float32; lengen.hf.banded.gqa_falls_to_math) with 1 GiB or more of
-    scores per layer, else None."""
-    config = config.get_text_config()
-    heads = int(config.num_attention_heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    gib = heads * longest ** 2 * 4 / 2 ** 30
-    if attn != "sdpa" or gib < 1 or not banded.gqa_falls_to_math(device.type, dtype, heads, kv_heads):
-        return None
-    return (f"note: on CUDA in float32, transformers' sdpa runs this model's grouped-query layers "
-            f"({heads} query, {kv_heads} key/value heads) on PyTorch's math kernel, which holds "
-            f"{heads} x {longest:,} x {longest:,} scores ({gib:,.0f} GiB) a layer; --attn banded repeats "
-            f"the keys and values so that the memory-efficient kernel takes them (or --dtype bfloat16)")
-
-
-def attention_hints(model, attn: str, longest: int, device: torch.device, precision: str = "fp32") -> list[str]:
-    """The notes `lengen hf eval` and `hf tune` print before the work: where another --attn
-    would avoid T x T memory at these lengths (bf16 precision: autocast, so attention in bfloat16)."""
-    dtype = torch.bfloat16 if precision == "bf16" else next(model.parameters()).dtype
-    hints = (banded_hint(model, attn, longest), math_kernel_hint(model.config, attn, longest, device, dtype))
-    return [h for h in hints if h]
-
-
-def greedy_fn(model, pad_token_id: int):
-    device = next(model.parameters()).device
-
-    @torch.inference_mode()
-    def greedy(ids: list[int], max_new_tokens: int) -> list[int]:
-        x = torch.tensor([ids], device=device)
-        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=pad_token_id, temperature=None,
-                             top_p=None, top_k=None)
-        return out[0, x.shape[1]:].tolist()
-
-    return greedy
 
 
 # settings that change what a (method, length) row means: rows are reused only if they agree
@@ -416,15 +176,6 @@ def _sequence_tokens(settings: EvalSettings, previous: dict | None) -> int | Non
     return before
 
 
-def sequences_digest(seqs: list[np.ndarray]) -> str:
-    """What perplexity rows (and hf tune's slices) were scored on: the token ids of every
-    sequence, hashed."""
-    h = hashlib.sha256()
-    for s in seqs:
-        h.update(np.ascontiguousarray(s, dtype=np.int64).tobytes())
-    return h.hexdigest()[:20]
-
-
 def _checked_sequences(settings: EvalSettings, tokenizer, need: int,
                        previous: dict | None) -> tuple[list[np.ndarray], str]:
     """The corpus sequences and their digest, refused if the rows being resumed were scored on
@@ -449,45 +200,6 @@ def _checked_sequences(settings: EvalSettings, tokenizer, need: int,
 def _difference(old: dict, new: dict) -> str:
     return ", ".join(f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in new.items()
                      if old.get(k) != v)
-
-
-def corpus_encoder(tokenizer) -> TextEncoder:
-    """The model's tokenizer as a lengen.data tokenizer; its cache name hashes the tokenizer's
-    full definition (or vocabulary), so another tokenizer never reuses cached tokens."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    spec = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
-    name = f"hf-{type(tokenizer).__name__}-{hashlib.sha256(spec.encode()).hexdigest()[:16]}"
-
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    eos = tokenizer.eos_token_id
-    if eos is None:   # documents are then joined by a newline
-        eos = (encode("\n") or [0])[-1]
-    return TextEncoder(encode, name, int(eos))
-
-
-def bos_prefix(tokenizer) -> list[int]:
-    """[BOS] when the tokenizer begins every text it encodes with it (Gemma, Llama: their models
-    were trained so, and Gemma degrades without it), else []. Scored sequences begin with it."""
-    bos = tokenizer.bos_token_id
-    ids = tokenizer("a")["input_ids"]
-    return [int(bos)] if bos is not None and ids and ids[0] == bos else []
-
-
-def sequences(settings: EvalSettings, tokenizer, need: int | None = None) -> list[np.ndarray]:
-    """settings.docs sequences of `need` (default max(lengths) + 1) tokens: a context of L tokens
-    and one more target, from the corpus by lengen.data.long_sequences, deterministic; each
-    begins with the tokenizer's BOS where it adds one (bos_prefix), then the text."""
-    need = need or max(settings.lengths) + 1
-    docs = load_documents(settings.corpus, corpus_encoder(tokenizer))
-    prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)
-    seqs = [np.concatenate([prefix, s]) for s in long_sequences(docs.docs, need - len(prefix), settings.docs,
-                                                                 docs.eos)]
-    if len(seqs) < settings.docs:
-        raise LengenError(f"the corpus {docs.source} gives only {len(seqs)} sequences of {need} tokens, "
-                          f"{settings.docs} needed: use a larger --corpus or fewer --docs")
-    return seqs
 
 
 def _score(settings: EvalSettings, model, tokenizer, seqs, length: int, progress,

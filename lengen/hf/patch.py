@@ -8,7 +8,7 @@ Two routes, both through transformers' own extension points (no forward is repla
     a `rope_parameters` config.
   * "attention": every other method (dynamic, remapping, log-n) sets the rotary module to the
     identity, and a lengen attention function registered with AttentionInterface applies the
-    method to un-rotated q/k at their positions (lengen.hf.attention, lengen.hf.positions). The
+    method to un-rotated q/k at their positions (lengen.hf.attention, lengen.hf.tracker). The
     KV cache then holds un-rotated keys, so decoding with the cache gives the logits of full
     forward passes. Dynamic NTK re-rotates every cached key at the current length's frequencies
     (HF's own dynamic mixes bases in its cache, transformers#25104); its cached keys and values
@@ -23,7 +23,6 @@ route runs and gives each layer its LayerPlan.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -32,11 +31,11 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
+from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
-from lengen.hf.positions import PositionTracker
+from lengen.hf.tracker import PositionTracker
 from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
-
-_EXTENSIONS: "weakref.WeakKeyDictionary[nn.Module, Extension]" = weakref.WeakKeyDictionary()
+from lengen.extrapolation.base import sequence_lengths
 
 
 @dataclass(eq=False)
@@ -85,9 +84,8 @@ class Extension:
             # a sliding-window / chunked cache layer keeps only its last keys
             step = step.last_keys(key.shape[-2])
         method = plan.method
-        # sequence length for length-dependent frequencies, as HF: largest position + 1, but per
-        # sequence, so that a padded sequence gets the frequencies it would get alone
-        lengths = step.pos_k.amax(-1) + 1
+        # per sequence, so that a padded sequence gets the frequencies it would get alone
+        lengths = sequence_lengths(step.pos_k)
         if method.length_dependent and lengths.numel() > 1 and bool((lengths != lengths[0]).any()):
             rows = [self._attend(method, module, *(x[b:b + 1] for x in (query, key, value)),
                                  _row(attention_mask, b), step.row(b), int(lengths[b]), scaling,
@@ -163,8 +161,8 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     own RoPE base) and to windowed layers whose window exceeds train_length; sliding / chunked
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
-    if model in _EXTENSIONS:
-        raise LengenError(f"the model is already extended with {_EXTENSIONS[model].spec!r}; "
+    if model in EXTENDED:
+        raise LengenError(f"the model is already extended with {EXTENDED[model].spec!r}; "
                           "call lengen.hf.restore(model) first")
     options = dict(options)
     parts = inspect_model(model, require_attention=False)
@@ -222,8 +220,8 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
                 ext.plans[layer.index] = LayerPlan("pass")
         ext.handles = ext.tracker.attach(parts.base, rotary)
         for module in parts.attentions:
-            attn._OWNERS[module] = ext
-    _EXTENSIONS[model] = ext
+            OWNERS[module] = ext
+    EXTENDED[model] = ext
     return model
 
 
@@ -246,7 +244,7 @@ def _check_layers(spec: str, method, extended: list) -> None:
 
 def restore(model: nn.Module) -> nn.Module:
     """Undo extend(): the model computes exactly what it computed before."""
-    ext = _EXTENSIONS.pop(model, None)
+    ext = EXTENDED.pop(model, None)
     if ext is None:
         raise LengenError("the model is not extended by lengen.hf")
     for key, (inv_freq, scaling) in ext.saved.items():
@@ -256,24 +254,10 @@ def restore(model: nn.Module) -> nn.Module:
     for handle in ext.handles:
         handle.remove()
     for module in ext.parts.attentions:
-        attn._OWNERS.pop(module, None)
+        OWNERS.pop(module, None)
     if ext.route == "attention":
         _set_implementation(model, ext.parts.attn_implementation)
     return model
-
-
-def extension_of(model: nn.Module) -> str | None:
-    """The spec a model is extended with, or None."""
-    ext = _EXTENSIONS.get(model)
-    return None if ext is None else ext.spec
-
-
-def route_of(model: nn.Module) -> str | None:
-    """How an extended model runs the method: "rotary" (a frequency method: the rotary table is
-    changed, the model's own attention kept) or "attention" (lengen's attention replaces it);
-    None when the model is not extended."""
-    ext = _EXTENSIONS.get(model)
-    return None if ext is None else ext.route
 
 
 def _set_implementation(model: nn.Module, name: str) -> None:

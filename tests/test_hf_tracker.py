@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from lengen.errors import LengenError  # noqa: E402
-from lengen.hf.positions import PositionTracker  # noqa: E402
+from lengen.hf.tracker import PositionTracker  # noqa: E402
 from tiny_llama import cache_keywords, returned_cache  # noqa: E402
 
 
