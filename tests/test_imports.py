@@ -186,6 +186,59 @@ def test_the_check_sees_an_import_circle(tmp_path):
         "lengen.demo_pkg.a -> lengen.demo_pkg.b -> lengen.demo_pkg.c -> lengen.demo_pkg.a"]
 
 
+#: lengen's floors, bottom up (docs/design.md, "The packages"): a package imports only packages
+#: on lower floors; the foundation's small modules may import each other (no circle, above)
+FLOORS = [
+    ("foundation", {"lengen", "_openmp", "_threads", "errors", "registry", "formatting", "io", "options",
+                    "progress", "devices", "environment", "presets"}),
+    ("data and position sources", {"kernels", "data", "tasks", "positions", "protocols"}),
+    ("encodings", {"encodings"}),
+    ("model and methods", {"models", "extrapolation"}),
+    ("training", {"training"}),
+    ("model kinds", {"che", "lm", "mlm", "arith", "hf"}),
+    ("studies", {"inspect", "sweeps"}),
+    ("reports", {"reports"}),
+    ("command line", {"cli"}),
+    ("python -m lengen", {"__main__"}),
+]
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a package on the same or a higher floor (foundation modules excepted),
+    and every package that has no floor."""
+    floor = {p: i for i, (_, packages) in enumerate(FLOORS) for p in packages}
+    out = sorted({package_of(m) for m in graph} - set(floor))
+    out = [f"{p}: not on any floor (add it to FLOORS)" for p in out]
+    for a, targets in sorted(graph.items()):
+        for b in sorted(targets):
+            pa, pb = package_of(a), package_of(b)
+            if pa != pb and pa in floor and pb in floor and floor[pb] >= floor[pa] > 0:
+                out.append(f"{a} ({FLOORS[floor[pa]][0]}) imports {b} ({FLOORS[floor[pb]][0]})")
+    return out
+
+
+def test_no_package_imports_one_on_its_own_floor_or_above():
+    found = upward_imports(import_graph())
+    assert not found, ("imports that go up or sideways (move the shared piece down a floor):\n"
+                       + "\n".join(found))
+
+
+def test_the_floor_check_sees_sideways_and_upward_imports():
+    graph = {"lengen.lm.model": {"lengen.che.loop", "lengen.models.attention"},
+             "lengen.models.attention": {"lengen.extrapolation.base", "lengen.kernels.heads"},
+             "lengen.kernels.heads": set(), "lengen.che.loop": set(), "lengen.extrapolation.base": set(),
+             "lengen.newpkg.x": {"lengen.errors"}, "lengen.errors": set()}
+    assert upward_imports(graph) == [
+        "newpkg: not on any floor (add it to FLOORS)",
+        "lengen.lm.model (model kinds) imports lengen.che.loop (model kinds)",
+        "lengen.models.attention (model and methods) imports lengen.extrapolation.base (model and methods)"]
+
+
 #: what `import lengen` and any `--help` must not load (issue 49: the help printed after 3-5 s)
 HEAVY = ("torch", "scipy", "pandas", "matplotlib", "transformers", "ray")
 
