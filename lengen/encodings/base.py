@@ -1,19 +1,90 @@
-"""The interface every positional encoding implements.
+"""The contract every positional encoding keeps (tests/test_encoding_contract.py checks it for each
+name in ENCODINGS; adding one: a PositionalEncoding subclass and one `ENCODINGS.add` line).
 
-Positions are data: the model passes a position tensor (int or float, shape [1, T] shared by the
-batch or [B, T]) and each encoding reads what it needs from it. An encoding may use any of five
-hooks, which the model calls in this order:
+Positions are data: the model passes a position tensor and each encoding reads what it needs from
+it. Shapes: pos, pos_q, pos_k are [1, T] (shared by the batch) or [B, T]; int64 from the integer
+samplers, float32 from a float one (equal_mean); any values >= 0, not necessarily 0..T-1,
+contiguous or increasing (randomized, PoSE, arithmetic's coupled ids). q, k are [B, H, T, head_dim].
 
-  embed(x, pos)                        absolute encodings add to the token embeddings
-  prepare(pos_q, pos_k) -> state       once per forward pass: work shared by all layers
-  transform_qk(layer, state, q, k)     rotate or augment queries/keys (RoPE, Transformer-XL)
-  bias(layer, state) -> [B|1,H,Tq,Tk]  an additive attention bias (ALiBi, T5, FIRE, ...)
-  qk_bias(layer, state, q, k, scale, causal) -> [B,H,Tq,Tk]
-                                       an additive bias computed from the queries and keys
-                                       themselves (content-dependent positions: CoPE)
+Construction: `__init__(cfg, **options)`, cfg a ModelConfig (cfg.train_tokens may be None), the
+options `cfg.pe_options` (refuse a bad value with a LengenError). Parameters are drawn from torch's
+generator, which the run seeds, so a group member gets the weights it gets alone. Everything that
+differs between two seeds must be an nn.Parameter (requires_grad=False when fixed, as FoPE's A):
+a group stacks parameters only and runs every member with the first member's buffers.
 
-Tensors q, k are [B, H, T, head_dim]. `transform_qk` may return a wider head dim (the extra
-columns join the dot product); the softmax scale is fixed beforehand from the model's head dim.
+Class attributes (declarations the runs read, and the contract test derives its expectations from):
+  accepts_float_positions  False: float positions are refused (check_sampler, check_positions)
+  position_table_size      rows of a position table (positions must be below), or None
+  causal_past_only         the causal form assumes no key has a larger position than its query:
+                           arithmetic's coupled ids are refused (lengen.arith.config)
+  relative                 logits invariant to shifting every position (tests/test_encodings_bias_family.py)
+  bounds                   {parameter: (min, max)} projected in place before each forward (KERPLE)
+  name                     the registry name (set by build_encoding); every refusal names it
+
+Hooks (the defaults do nothing but the float checks), in the order of a forward; `layer` is the block:
+  check_positions(pos)                the actual positions, before the forward and outside vmap
+                                      (a group passes its stacked [N, 1|B, T], padding included):
+                                      the place for checks that read values
+  embed(x, pos) -> x                  x [B, T, d_model] the token embeddings; absolute encodings add
+  prepare(pos_q, pos_k) -> state      once per forward: work shared by every layer; pos_k is pos_q
+                                      (the same object) without a KV cache
+  transform_qk(layer, state, q, k)    -> (q, k) in their dtype: rotate or augment (RoPE,
+                                      Transformer-XL); after key norm, before logit scaling; it may
+                                      return a wider head dim (the extra columns join the dot
+                                      product), the softmax scale being fixed from the model's
+  bias(layer, state)                  -> a float tensor broadcastable to [B, H, Tq, Tk] (usually
+                                      [B|1, H, Tq, Tk]) added to the logits (ALiBi, T5, FIRE, ...), or
+                                      None; finite also where the causal mask hides a pair (NaN
+                                      survives the mask); not multiplied by logit scaling
+  qk_bias(layer, state, q, k, scale, causal) -> [B, H, Tq, Tk] or None: a bias from q, k as the
+                                      softmax sees them, after key norm, transform_qk and logit
+                                      scaling (CoPE): logits = scale * q.k + bias + qk_bias
+and beside them:
+  check_sampler(sampler)              at config time (lengen.positions.check_positions_fit, which
+                                      then holds position_table_size against the sampler's bound):
+                                      refuse with a one-line LengenError naming the encoding
+  for_layer(layer) -> encoding        the encoding that serves the layer (a pattern answers per
+                                      layer; the decoder asks whether a RoPE method applies to it)
+  project()                           clamps the `bounds` parameters (no_grad, copy_ of clamp: it runs
+                                      on stacked weights too); KERPLE calls it in prepare, a group
+                                      on its stack before each step
+
+Outside the hooks the model does the rest: the causal mask, dropout, logit scaling, the KV cache.
+The state returned by prepare is read by every layer: hooks must not write into it or their inputs.
+
+Requirements that hold on every path:
+  * Grouped training (lengen.che.group) runs embed, prepare and the layer hooks under
+    torch.func.vmap over the stacked weights and positions of N models, each sequence padded at the
+    end to the step's longest (padded positions 0, padded keys masked by the caller). So a hook
+    - writes in place only into tensors allocated from its batched inputs (x.new_empty(...),
+      torch.zeros_like(x)), never into torch.empty/zeros/ones of a bare shape;
+    - uses no torch.autograd.Function without a vmap rule (a `vmap` staticmethod as rope's
+      _RotatePair, or generate_vmap_rule=True);
+    - reads no tensor value into Python (int(t), t.item(), `if t.any()`): checks that read values
+      belong in check_positions; shapes are fine (each member's own under vmap);
+    - draws no random numbers and keeps no tensors on self between calls;
+    - gives a real (query, key) pair a value that depends on that pair's positions (and q, k) only,
+      not on T or on the other tokens' positions (padding changes both).
+  * KV-cache decoding (lengen.lm.model.DecoderLM): embed gets the new tokens' positions, prepare
+    pos_q [1, Tq] of the new tokens and pos_k [1, Tk] of all keys, the cached and the new (pos_k is
+    not pos_q), transform_qk the new queries and every key (the cache keeps keys before
+    transform_qk), bias and qk_bias Tq x Tk with the queries the last Tq keys (causal=True). The
+    logits must equal those of one full forward pass: read positions from pos_q and pos_k, never
+    from token indices (torch.arange(T)), and do not assume Tq == Tk.
+  * Float positions: without accepts_float_positions = False, any float32 positions must work.
+  * Precision: hooks may run under autocast (bf16); compute position functions in float32
+    (pos.float()), the callers cast biases to q's dtype.
+  * RoPE extrapolation methods (lengen.extrapolation) act on RopeEncoding (subclasses included)
+    only, replacing its prepare/transform_qk at evaluation and reading its rotary_dim, base and
+    fraction; other encodings are refused them.
+
+tests/test_encoding_contract.py checks this for every registered encoding on every path: a CHE
+model trains; grouped = solo with dropout 0 and 0.1, padded to the step's longest (the vmap and
+padding requirements); KV-cache decoding = the full forward; an MLM and an arithmetic model
+(standard and coupled ids) train; every sampler trains or is refused in one line as the
+declarations say; and test-only encodings that break a requirement (an in-place write into
+torch.empty, a Function without a vmap rule, a value read in a hook, a seed-drawn buffer, token
+index distances, an undeclared table) fail it.
 """
 
 from __future__ import annotations
