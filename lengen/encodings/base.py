@@ -19,6 +19,7 @@ Class attributes (declarations the runs read, and the contract test derives its 
                            arithmetic's coupled ids are refused (lengen.arith.config)
   relative                 logits invariant to shifting every position (tests/test_encodings_bias_family.py)
   bounds                   {parameter: (min, max)} projected in place before each forward (KERPLE)
+  rotary                   RoPE: training-free methods replace its rotation (below)
   name                     the registry name (set by build_encoding); every refusal names it
 
 Hooks (the defaults do nothing but the float checks), in the order of a forward; `layer` is the block:
@@ -74,9 +75,9 @@ Requirements that hold on every path:
   * Float positions: without accepts_float_positions = False, any float32 positions must work.
   * Precision: hooks may run under autocast (bf16); compute position functions in float32
     (pos.float()), the callers cast biases to q's dtype.
-  * RoPE extrapolation methods (lengen.extrapolation) act on RopeEncoding (subclasses included)
-    only, replacing its prepare/transform_qk at evaluation and reading its rotary_dim, base and
-    fraction; other encodings are refused them.
+  * RoPE extrapolation methods (lengen.extrapolation) act on encodings that declare
+    rotary = True (RopeEncoding and its subclasses), replacing their prepare/transform_qk at
+    evaluation and reading their rotary_dim, base and fraction; other encodings are refused them.
 
 tests/test_encoding_contract.py checks this for every registered encoding on every path: a CHE
 model trains; grouped = solo with dropout 0 and 0.1, padded to the step's longest (the vmap and
