@@ -490,11 +490,8 @@ def test_an_encoding_that_crashes_on_float_positions_fails_the_sampler_check(tmp
     test_every_sampler_trains_or_is_refused_in_one_line(tmp_path / "refused", pe, floats)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason=(
-    "lengen.positions.check_positions_fit formats int(sampler.position_bound(...)) into its refusal; "
-    "equal_mean (exponential) bounds its floats by inf, so an encoding that accepts floats and has a "
-    "position table crashes with OverflowError instead of being refused (no registered encoding "
-    "has both: equal_mean.py assumes a table takes integers only)"))
 def test_a_table_that_reads_floats_is_refused_an_unbounded_float_sampler(tmp_path, register):
+    """equal_mean's floats have no bound (exponential gaps): a table that interpolates floats is
+    refused in one line, not with the OverflowError that formatting int(inf) once raised."""
     pe = register(_InterpolatedTable)
     test_every_sampler_trains_or_is_refused_in_one_line(tmp_path, pe, "equal_mean")

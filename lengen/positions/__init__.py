@@ -51,13 +51,15 @@ def check_positions_fit(pe, sampler: PositionSampler, longest: int, what: str):
     every position the sampler can produce."""
     pe.check_sampler(sampler)
     sampler.check_length(longest)
-    rows = pe.position_table_size
-    if rows is not None and sampler.position_bound(longest) > rows:
+    rows, bound = pe.position_table_size, sampler.position_bound(longest)
+    if rows is not None and bound > rows:
+        # a float sampler may have no bound at all (equal_mean's exponential gaps)
+        need = f"positions up to {int(bound) - 1}" if bound != float("inf") else "unbounded positions"
         raise LengenError(
-            f"{what}: sequences of {longest} tokens need positions up to "
-            f"{int(sampler.position_bound(longest)) - 1}, but the {pe.name!r} table has only "
+            f"{what}: sequences of {longest} tokens need {need}, but the {pe.name!r} table has only "
             f"max_position={rows} rows; raise --max-position or lower the length"
         )
 
 
-__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "check_positions_fit", "default_test_mode", "draw_positions", "evaluation_sampler"]
+__all__ = ["SAMPLERS", "TEST_MODES", "PositionSampler", "build_sampler", "check_positions_fit", "default_test_mode",
+           "draw_positions", "evaluation_sampler"]
