@@ -26,9 +26,7 @@ from lengen.che.loop import evaluate_run, load_trained, train
 from lengen.training.run_dir import RunDir
 from lengen.che.setup import build_run
 
-ALL_ENCODINGS = ["none", "sincos", "learned", "relative", "alibi", "rope", "t5", "kerple_log", "kerple_power",
-                 "sandwich", "fire", "fire_shared", "p_rope", "fope",
-                 "cope"]
+ALL_ENCODINGS = ENCODINGS.names()  # every registered encoding: a new one is tested grouped too
 SEEDS_LRS = [(0, 3e-4), (1, 5e-4), (2, 1e-3)]
 
 
