@@ -83,6 +83,11 @@ def test_arith_pe_is_suggested_among_arith_names(pe, guess):
     (["arith", "train", "--pe-option", "base=500", "--pe", "rope", "--pe-option", "base=10000"],
      "--pe-option base is given twice ('base=500' and 'base=10000')"),
     (["train", "--pe-option", "base=500", "--pe-option", "base=500"], "--pe-option base is given twice"),
+    # an option value the encoding itself refuses: one line from every command that builds a model
+    *[([*cmd, "--pe", "sandwich", "--pe-option", "dim=3"],
+       "encoding 'sandwich' with options {'dim': 3}: sandwich: dim must be even")
+      for cmd in (["train"], ["lm", "train"], ["mlm", "train"], ["arith", "train"])],
+    (["lm", "train", "--pe", "relative", "--pe-option", "rel_dim=5"], "relative encoding: rel_dim must be even"),
 ])
 def test_refused_in_one_line_before_anything_is_written(tmp_path, capsys, argv, message):
     out = tmp_path / "run"

@@ -54,13 +54,7 @@ def build_run(cfg: TrainConfig, test_mode: str | None = None, max_length: int | 
         raise LengenError(f"bad position options {cfg.position_options} for {cfg.positions!r}: {e}") from None
     if cfg.model.recurrent:
         return _build_recurrent(cfg, task, sampler, test_mode)
-    try:
-        model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)
-    except LengenError:
-        raise
-    except (TypeError, ValueError) as e:  # an encoding option of the wrong type or value
-        raise LengenError(f"encoding {cfg.model.pe!r} with options {cfg.model.pe_options}: "
-                          f"{' '.join(str(e).split())}") from None
+    model = CHEModel(cfg.model, task.input_vocab_size, task.output_vocab_size)  # bad encoding options: one line
     pe = model.encoder.pe
     check_positions_fit(pe, sampler, total_length(task, cfg.train_length), "training")
     mode = test_mode_of(cfg, test_mode)

@@ -51,6 +51,8 @@ def _build_one(cfg, name: str, options: dict) -> PositionalEncoding:
         valid = [n for n in inspect.signature(cls.__init__).parameters if n not in ("self", "cfg")]
         raise LengenError(f"bad options {options} for encoding {name!r}: {e} "
                           f"(its options: {', '.join(valid) or 'none'})") from None
+    except ValueError as e:  # an option's value the encoding refuses (sandwich's odd dim, ...)
+        raise LengenError(f"encoding {name!r} with options {options}: {' '.join(str(e).split())}") from None
     enc.registry_name = name
     return enc
 
