@@ -440,10 +440,10 @@ def unmarked_tables(docs: Path) -> list[str]:
     return found
 
 
-#: measured-looking numbers in prose: decimals (not a version, 5.24.0, nor part of a word or path)
-#: and integer percentages
+#: measured-looking numbers in prose: decimals (not a version, 5.24.0, nor part of a word or path,
+#: nor an arXiv identifier, arXiv 2305.16843) and integer percentages
 PROSE_NUMBERS = (
-    re.compile(r"(?<![\w.])[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))"),  # 7.41, 7.6x
+    re.compile(r"(?<![\w.])(?<!arXiv )[-+\u2212]?(\d+\.\d+)(?=x\b|×|(?![\w.]*\w))"),  # 7.41, 7.6x
     # an integer percentage (a score rounded by hand goes stale like a decimal), not the level of
     # an interval ("95% t interval"), which is a setting
     re.compile(r"(?<![\w.,])(\d+)(?=\s?%)(?!\s?%\s+(?:t\s+)?(?:interval|confidence|CI))"),

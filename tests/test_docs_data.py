@@ -338,7 +338,7 @@ def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_m
     page.write_text(block + "\nRoPE trains at 7.41 steps/s, not 7.14.\n")
     assert unsourced_numbers(tmp_path) == ["performance.md:7: 7.14"]
     page.write_text(block + "\nRoPE trains at 7.41 steps/s (+7.41 %), with torch 2.13.0, `--lr 3.5`, "
-                    "[arXiv](https://arxiv.org/abs/2405.17399).\n")
+                    "[arXiv](https://arxiv.org/abs/2405.17399), arXiv 2305.16843.\n")
     assert unsourced_numbers(tmp_path) == []
     # 7.410 is not 7.41's digits, nor is 17.41; and a block's 17.41 does not show 7.41
     page.write_text(block + "\nAt 7.410 and 17.41.\n")
@@ -401,3 +401,15 @@ def test_the_costs_block_sums_each_study_s_recorded_run_times(tmp_path):
     table = Blocks(tmp_path, tmp_path).costs()
     assert table.splitlines()[2] == "| tiny | 3 | cpu, 1 thread; cuda, 1 thread | 100 / 200 / 3,300 | 1.00 |"
     assert "| su2023-mlm-h2 | 10 |" in Blocks(ROOT / "docs" / "data", tmp_path).costs()
+
+
+def test_nothing_points_into_shared():
+    """The reference notes and seeds in ../shared/ are not part of the repository: no page, README
+    line, docstring or preset may send a reader there (cite the paper instead)."""
+    root = ROOT
+    pattern = re.compile(r"\.\./shared|shared/(reference|seeds)|reference note")
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+             *sorted((root / "lengen").rglob("*.py")), *sorted((root / "lengen").rglob("*.yaml"))]
+    found = [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)

@@ -14,8 +14,7 @@ it, only the first n_global positions (p_j < n_global) are seen, all other keys 
       (`evict_for_space`) makes room *before* the new token is appended, so the cache of S + R
       entries includes the query, which sits at cache position S + R - 1; its `__call__` evicts
       after, and the next query would sit at S + R. We follow the generation loop, the one its
-      perplexity and streaming results come from; ../shared/reference/training_free.md §10
-      states the other (S + R).
+      perplexity and streaming results come from.
 
 Memory stays that of the full cache here (no eviction); the attention is what matters for eval.
 """

@@ -1,5 +1,5 @@
 """The CHE benchmark's recurrent baselines (Deletang et al. 2023): RNN, LSTM, Stack-RNN, Tape-RNN,
-as in `neural_networks_chomsky_hierarchy` and dm-haiku (../shared/reference/che_baselines.md).
+as in `neural_networks_chomsky_hierarchy` (arXiv 2207.02098) and dm-haiku.
 
 Contract (the benchmark's `make_model_with_empty_targets`): no embedding; step t reads the one-hot
 x_t of width V+1 (EMPTY = id V); the L input tokens are followed by T = output_length EMPTY tokens

@@ -23,8 +23,8 @@ from lengen.reports.stats import summarize
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "seed", "done", "train_loss", "in_distribution", "out_of_distribution", "accuracy",
                "parameters", "seconds", "train_seconds", "eval_seconds", "device", "variant"}
-#: the papers' headline numbers at their scale, from their abstracts (the reference note,
-#: methods_2024_2026.md sections 7 and 8, gives their protocols but no accuracies)
+#: the papers' headline numbers at their scale, from their abstracts (their bodies give the
+#: protocols, docs/arithmetic.md)
 PUBLISHED = [
     ("McLeish et al. 2024 (Abacus), arXiv 2405.17399, abstract",
      "trained on numbers of up to 20 digits (one GPU, one day): up to 99% exact match on 100-digit addition"),

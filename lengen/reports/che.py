@@ -176,7 +176,7 @@ def _html(data, runs, t1, t4, stats, t2, missing, cmp, fig4, fig3) -> str:
                   "<table id=\"comparison\"><thead><tr><th>task</th><th>encoding</th><th>measured</th>"
                   f"<th>published</th><th>difference</th></tr></thead><tbody>{rows}</tbody></table>"]
     parts += ["<h2>Table 4: mean ± std over seeds at the best learning rate</h2>",
-              "<p>As the paper gives it; the std is the population std (ddof 0), the reference note's reading "
+              "<p>As the paper gives it; the std is the population std (ddof 0), lengen's reading "
               "of the paper's unstated convention.</p>",
               html_table(t4[0], "table4", std=t4[1])]
     if stats is not None:

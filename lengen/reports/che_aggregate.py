@@ -1,4 +1,4 @@
-"""The seed paper's aggregations (Ruoss et al. 2023; ../shared/reference/ruoss_figures.md) over a
+"""The seed paper's aggregations (Ruoss et al. 2023, arXiv 2305.16843) over a
 table of runs, one row per run, as pandas DataFrames. Pure functions: the tests feed them hand-made
 tables.
 
@@ -13,7 +13,7 @@ it reads appended (`Stack-RNN, memory_size=64`).
 
 - Table 1: per task and variant, 100 x the max score over learning rates and seeds.
 - Table 4: per task and variant, mean and std (ddof 0) over seeds at the learning rate with the
-  best mean (the paper does not say; reference note's choice).
+  best mean (the paper does not say which std; ddof 0 is lengen's reading).
 - Seed statistics: Table 4's cells with n, the sample std (ddof 1) and a 95% t interval; the
   same for every learning rate (by_lr), when the sweep varies it.
 - Table 2: per task and variant, mean and std of a run's wall time.

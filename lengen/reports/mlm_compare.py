@@ -1,5 +1,5 @@
 """Paired comparisons in a masked-LM sweep (`command: mlm`): `lengen report SWEEP --versus ROW` and
-`--compare A B`, and the table of Su's hypotheses H1-H5 (../shared/reference/su_mlm.md, part B).
+`--compare A B`, and the table of Su's hypotheses H1-H5 (docs/mlm.md, "Su's claims").
 
 A row is one line of mlm_table.md: a training variant, the test positions it was evaluated at and
 log-n on or off, named `standard; test standard; log-n off`. Two rows are paired seed by seed (the

@@ -1,5 +1,5 @@
-"""The seed paper's published numbers (Ruoss et al. 2023, Table 1, transcribed in
-../shared/reference/ruoss_figures.md), shipped with lengen, and the
+"""The seed paper's published numbers (Ruoss et al. 2023, arXiv 2305.16843, Table 1, transcribed
+from the paper), shipped with lengen, and the
 comparison of a sweep's Table 1 with them."""
 
 from __future__ import annotations
