@@ -82,6 +82,16 @@ def refused(capsys, says):
     return err
 
 
+def refused_untouched(capsys, monkeypatch, module, argv, out, says):
+    """`argv` exits 2 with one line saying all of `says`, before `module` loads a model, and leaves
+    every file of `out` as it was."""
+    before = files(out)
+    monkeypatch.setattr(module, "load", no_model)
+    assert main(argv) == 2
+    refused(capsys, says)
+    assert files(out) == before
+
+
 def truncate(path, keep=0.5):
     path.write_bytes(path.read_bytes()[:int(path.stat().st_size * keep)])
 
@@ -100,21 +110,15 @@ def test_eval_damaged_results_json_is_refused_and_nothing_is_rewritten(root, fin
     and starting over would drop them. One line naming it, before the model loads."""
     out = copy(finished_eval / "done", tmp_path)
     damage(out / "results.json")
-    before = files(out)
-    monkeypatch.setattr(evaluate, "load", no_model)
-    assert main(eval_args(root, out)) == 2
-    refused(capsys, [str(out / "results.json"), "is damaged", says, "restore it"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, evaluate, eval_args(root, out), out,
+                      [str(out / "results.json"), "is damaged", says, "restore it"])
 
 
 def test_eval_results_csv_without_its_record_is_refused(root, finished_eval, tmp_path, capsys, monkeypatch):
     out = copy(finished_eval / "done", tmp_path)
     (out / "results.json").unlink()
-    before = files(out)
-    monkeypatch.setattr(evaluate, "load", no_model)
-    assert main(eval_args(root, out)) == 2
-    refused(capsys, [str(out / "results.csv"), "results.json", "is missing"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, evaluate, eval_args(root, out), out,
+                      [str(out / "results.csv"), "results.json", "is missing"])
 
 
 @pytest.mark.parametrize("damage", ["truncated", "swapped"])
@@ -138,11 +142,8 @@ def test_eval_rerun_on_another_corpus_is_refused_when_nothing_is_left_to_compute
     """The same methods and lengths on another --corpus: the old rows would be printed and relabelled
     with the new corpus; the token sequences' digest is checked first."""
     out = copy(finished_eval / "done", tmp_path)
-    before = files(out)
-    monkeypatch.setattr(evaluate, "load", no_model)
-    assert main(eval_args(root, out, "other")) == 2
-    refused(capsys, ["scored on other token sequences", "use another --out"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, evaluate, eval_args(root, out, "other"), out,
+                      ["scored on other token sequences", "use another --out"])
 
 
 def test_eval_says_it_resumes_only_after_the_rows_are_checked(root, finished_eval, tmp_path, capsys, monkeypatch):
@@ -162,11 +163,8 @@ def test_eval_results_json_swapped_for_another_corpus_is_refused(root, finished_
     out = copy(finished_eval / "done", tmp_path)
     for name in ("results.json", "results.csv"):
         shutil.copy(finished_eval / "other-corpus" / name, out / name)
-    before = files(out)
-    monkeypatch.setattr(evaluate, "load", no_model)
-    assert main(eval_args(root, out)) == 2
-    refused(capsys, ["scored on other token sequences"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, evaluate, eval_args(root, out), out,
+                      ["scored on other token sequences"])
 
 
 # --- model weights ------------------------------------------------------------------------------
@@ -209,11 +207,8 @@ def same_result(out, finished):
 def test_tune_truncated_cache_is_refused_and_nothing_is_rewritten(root, finished_tune, tmp_path, capsys, monkeypatch):
     out = copy(finished_tune / "done", tmp_path)
     truncate(out / "tune_cache.json")
-    before = files(out)
-    monkeypatch.setattr(tuning, "load", no_model)
-    assert main(tune_args(root, out)) == 2
-    refused(capsys, [str(out / "tune_cache.json"), "is damaged (not JSON", "restore it", "search again"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, tuning, tune_args(root, out), out,
+                      [str(out / "tune_cache.json"), "is damaged (not JSON", "restore it", "search again"])
 
 
 def test_tune_damaged_cache_entries_are_named_and_scored_again(root, finished_tune, tmp_path, capsys):
@@ -236,11 +231,8 @@ def test_tune_records_without_their_cache_are_refused(root, finished_tune, tmp_p
     """tune.json and tune.csv without tune_cache.json: the search would start over and replace them."""
     out = copy(finished_tune / "done", tmp_path)
     (out / "tune_cache.json").unlink()
-    before = files(out)
-    monkeypatch.setattr(tuning, "load", no_model)
-    assert main(tune_args(root, out)) == 2
-    refused(capsys, [f"{out} holds tune.json and tune.csv but not tune_cache.json", "restore it"])
-    assert files(out) == before
+    refused_untouched(capsys, monkeypatch, tuning, tune_args(root, out), out,
+                      [f"{out} holds tune.json and tune.csv but not tune_cache.json", "restore it"])
 
 
 @pytest.mark.parametrize("file,damage,says", [
