@@ -111,7 +111,9 @@ class DecoderLM(nn.Module):
         pos_q = torch.arange(start, start + T, device=ids.device)[None]
         pos_k = torch.arange(start + T, device=ids.device)[None] if cache is not None else None
         kv = cache.kv if cache is not None else None
-        h = self.decoder(self.embed(ids) * self.embed_scale, pos_q, pos_k, cache=kv, method=method)
+        # positions 0..start+T-1: the method's sequence length (largest position + 1) is start + T
+        h = self.decoder(self.embed(ids) * self.embed_scale, pos_q, pos_k, cache=kv, method=method,
+                         seq_len=start + T if method is not None else None)
         if cache is not None:
             cache.append_ids(ids)
         return self.head(h).float()

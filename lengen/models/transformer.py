@@ -40,8 +40,10 @@ class Transformer(nn.Module):
 
     `pos_q` [1|B, T] (integer or float) are the positions of x's tokens; `pos_k` those of every
     key (default: pos_q; with a `cache` of earlier tokens, theirs followed by pos_q). `method`: a
-    training-free RoPE method (lengen.extrapolation) for the RoPE layers. `runtime`: how
-    attention and dropout run (models.attention.Runtime; grouped training injects its own)."""
+    training-free RoPE method (lengen.extrapolation) for the RoPE layers, `seq_len` the sequence
+    length it picks its frequencies for (a caller that knows it saves each layer a search of
+    pos_k). `runtime`: how attention and dropout run (models.attention.Runtime; grouped training
+    injects its own)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -54,7 +56,8 @@ class Transformer(nn.Module):
         self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, pos_q: torch.Tensor, pos_k: torch.Tensor | None = None,
-                cache: Any = None, method: Any = None, runtime: Runtime = ONE_MODEL) -> torch.Tensor:
+                cache: Any = None, method: Any = None, seq_len: int | None = None,
+                runtime: Runtime = ONE_MODEL) -> torch.Tensor:
         if pos_q.dim() == 1:
             pos_q = pos_q.unsqueeze(0)
         if pos_q.shape[-1] != x.shape[1] or pos_q.shape[0] not in (1, x.shape[0]):
@@ -65,7 +68,7 @@ class Transformer(nn.Module):
         x = runtime.dropout(self.drop, self.pe.embed(x, pos_q))
         # a method replaces RoPE's hooks; a per-layer pattern's other layers keep their own
         state = None if method is not None and self.pe.rotary else self.pe.prepare(pos_q, pos_k)
-        ctx = AttentionContext(state, pos_q, pos_k, self.cfg.causal, cache, method, runtime)
+        ctx = AttentionContext(state, pos_q, pos_k, self.cfg.causal, cache, method, seq_len, runtime)
         for block in self.blocks:
             x = block(x, ctx)
         return self.final_norm(x)
