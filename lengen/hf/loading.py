@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # the settings read the config with read_config; only type hi
 _LOAD_ERRORS = (OSError, ValueError, KeyError, ImportError)
 
 
-def _load_kwargs(settings: EvalSettings) -> dict:
-    return {"local_files_only": True, **({"gguf_file": settings.gguf_file} if settings.gguf_file else {})}
+def _load_kwargs(gguf_file: str | None) -> dict:
+    """What every from_pretrained call here passes: local files only, and the GGUF file if any."""
+    return {"local_files_only": True, **({"gguf_file": gguf_file} if gguf_file else {})}
 
 
 def load_reason(e: Exception) -> str:
@@ -49,9 +50,8 @@ def read_config(model_path: str, gguf_file: str | None = None):
     """The model's config alone (cheap: no weights), for checks before the model loads."""
     from transformers import AutoConfig   # optional (lengen[hf]): imported on use
 
-    kwargs = {"local_files_only": True, **({"gguf_file": gguf_file} if gguf_file else {})}
     try:
-        return AutoConfig.from_pretrained(model_path, **kwargs)
+        return AutoConfig.from_pretrained(model_path, **_load_kwargs(gguf_file))
     except (OSError, ValueError, KeyError) as e:
         raise LengenError(f"cannot read the model config in {model_path}: {load_reason(e)}") from None
 
@@ -65,7 +65,8 @@ def load_tokenizer(settings: EvalSettings):
     except ImportError:
         raise LengenError("lengen hf needs transformers: pip install 'lengen[hf]'") from None
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model_path, **_load_kwargs(settings))
+        tokenizer = transformers.AutoTokenizer.from_pretrained(settings.model_path,
+                                                               **_load_kwargs(settings.gguf_file))
     except _LOAD_ERRORS as e:
         raise LengenError(f"cannot load a tokenizer from {settings.model_path}: {load_reason(e)}") from None
     problem = settings.gguf_file and gguf_tokenizer_problem(type(tokenizer).__name__, transformers.__version__)
@@ -86,7 +87,7 @@ def load(settings: EvalSettings, tokenizer=None):
         model = AutoModelForCausalLM.from_pretrained(
             settings.model_path, dtype=getattr(torch, settings.dtype),
             attn_implementation="sdpa" if settings.attn == "banded" else settings.attn,
-            **_load_kwargs(settings))
+            **_load_kwargs(settings.gguf_file))
     except _LOAD_ERRORS as e:
         raise LengenError(f"cannot load a model from {settings.model_path}: {load_reason(e)}") from None
     if settings.attn == "banded":
