@@ -11,7 +11,8 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.models import CHEModel
 from lengen.models.recurrent import build_model
-from lengen.positions import PositionSampler, build_sampler, check_positions_fit, default_test_mode, evaluation_sampler
+from lengen.positions import (PositionSampler, build_sampler, check_positions_fit, default_test_mode,
+                              evaluation_sampler)
 from lengen.tasks import Task, get_task
 from lengen.che.config import TrainConfig
 

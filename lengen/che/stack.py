@@ -99,7 +99,8 @@ class ModelStack:
         self.d_model = cfgs[0].model.d_model
 
     def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
-        member = MemberRuntime(key_bias, n_keys, self.attention, None if keep is None else list(keep.unbind(0)), scale)
+        masks = None if keep is None else list(keep.unbind(0))
+        member = MemberRuntime(key_bias, n_keys, self.attention, masks, scale)
         named = {f"model.{n}": p for n, p in params.items()}
         logits = functional_call(self.forward, named, (tokens, pos, out_idx, member))
         if member.dropout_keep:

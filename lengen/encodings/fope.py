@@ -29,8 +29,8 @@ i < M (the identity when K = M). sigma (option `gain`) is 0.3 as in the 60M conf
 180M, 1.2B). A is fixed at its init, as in the code (`fourier_learnable` defaults to False and no
 released config sets it); option `learnable=true` trains it.
 
-Example (tests/test_encodings_rope_variants.py): d = 64, L = 512, b = 1e4 give floor 0.012272, w_15 = 0.013335 kept and
-w_16 = 0.01 zeroed: K = M = 16, 16 Fourier slots and 16 constant ones.
+Example (tests/test_encodings_rope_variants.py): d = 64, L = 512, b = 1e4 give floor 0.012272,
+w_15 = 0.013335 kept and w_16 = 0.01 zeroed: K = M = 16, 16 Fourier slots and 16 constant ones.
 
 Not shift invariant (the cross terms of two different frequencies depend on n and j, not n - j),
 so `relative = False`. Options: `base` (1e4), `gain` (0.3), `learnable` (false), `length` (L; the
