@@ -24,7 +24,7 @@ rests on. A table of measured numbers outside a block fails --check unless a lin
 `<!-- hand-written: WHY -->` right above it says why it is not data (a constant, a quote, dated
 history). So does a decimal number in a prose paragraph that no block of its page shows
 (`unsourced_numbers`; `<!-- numbers from: PAGE.md -->` above a paragraph adds that page's
-blocks). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
+blocks; a page is named by its path under docs/, e.g. results/demo.md). tests/test_docs_data.py runs --check, and checks that changing a committed score or a
 number in a block makes it fail.
 """
 
@@ -64,6 +64,16 @@ from lengen.reports.mlm_compare import hypotheses_markdown, mlm_versus_text, su_
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
 from lengen.che.plots import plot_accuracy  # noqa: E402
+
+def doc_pages(docs: Path) -> list[Path]:
+    """The site's pages: every .md under `docs` (sections are folders), not the results in
+    docs/data/. A page is named by its path under `docs` (results/demo.md)."""
+    return sorted(p for p in docs.rglob("*.md") if p.relative_to(docs).parts[0] != "data")
+
+
+def page_name(page: Path, docs: Path) -> str:
+    return page.relative_to(docs).as_posix()
+
 
 BLOCK = re.compile(r"(<!-- generated: (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -329,7 +339,7 @@ def figures(data: Path, docs: Path) -> list[Path]:
                      plot_title(meta["pe"], meta["train_length"], meta["protocol"], meta.get("segment")))
         made.append(target)
     # each committed `lengen hf eval` that a page shows as a figure: its plot, as the command draws it
-    pages = "".join(page.read_text() for page in docs.glob("*.md"))
+    pages = "".join(page.read_text() for page in doc_pages(docs))
     for folder in sorted((data / "hf").glob("*/")) if (data / "hf").is_dir() else []:
         target = docs / "figures" / f"hf_{folder.name}.png".replace("-", "_")
         if f"figures/{target.name}" in pages:
@@ -365,8 +375,8 @@ def figures(data: Path, docs: Path) -> list[Path]:
 
 
 def build(docs: Path, data: Path, check: bool, only: str | None = None) -> list[str]:
-    """Rewrite (or, with `check`, compare) every generated block of docs/*.md, or only those of
-    one study or demo folder (`only`: the block's second word). Returns the blocks that differ
+    """Rewrite (or, with `check`, compare) every generated block of the pages under docs/, or
+    only those of one study or demo folder (`only`: the block's second word). Returns the blocks that differ
     (check) or were rewritten, as "page: args"."""
     with tempfile.TemporaryDirectory() as workdir:
         return _build(docs, Blocks(data, Path(workdir)), check, only)
@@ -374,19 +384,19 @@ def build(docs: Path, data: Path, check: bool, only: str | None = None) -> list[
 
 def _build(docs: Path, blocks: Blocks, check: bool, only: str | None = None) -> list[str]:
     changed = []
-    for page in sorted(docs.glob("*.md")):
+    for page in doc_pages(docs):
         text = page.read_text()
 
-        def fill(m, page=page):
+        def fill(m, page=page_name(page, docs)):
             if only is not None and shlex.split(m["args"])[1:2] != [only]:
                 return m[0]
             try:
                 body = blocks.render(m["args"])
             except (AttributeError, KeyError, TypeError, ValueError, OSError) as e:
-                raise BlockError(f"build_docs: {page.name}: block `{m['args']}` cannot be built "
+                raise BlockError(f"build_docs: {page}: block `{m['args']}` cannot be built "
                                  f"({type(e).__name__}: {e})") from None
             if body != m["body"]:
-                changed.append(f"{page.name}: {m['args']}")
+                changed.append(f"{page}: {m['args']}")
             return m[1] + body + m[4]
 
         new = BLOCK.sub(fill, text)
@@ -398,6 +408,11 @@ def _build(docs: Path, blocks: Blocks, check: bool, only: str | None = None) -> 
 #: a measured-looking cell: a decimal number or a percentage
 DECIMAL = re.compile(r"(?<![\w.])\d+(?:\.\d+%?|%)")
 MARK = "<!-- hand-written:"
+FROM = "<!-- numbers from:"
+
+
+def _found(number: str, text: str) -> bool:
+    return re.search(r"(?<![\d.])" + re.escape(number) + r"(?!\d)", text) is not None
 
 
 def _code_or_block(lines: list[str]) -> list[bool]:
@@ -416,13 +431,31 @@ def _code_or_block(lines: list[str]) -> list[bool]:
     return hidden
 
 
+def _shown(docs: Path) -> dict[str, str]:
+    """Per page name: the text of its generated blocks (where a page's numbers may come from)."""
+    return {page_name(p, docs): "\n".join(m["body"] for m in BLOCK.finditer(p.read_text()))
+            for p in doc_pages(docs)}
+
+
+def _from_pages(mark: str, name: str, shown: dict[str, str]) -> tuple[str, list[str]]:
+    """The block text a `<!-- numbers from: PAGE.md ... -->` mark on page `name` draws on (its own
+    page's blocks and the named pages'), and the names that are no page."""
+    others = mark.strip()[len(FROM):].split("-->")[0].split()
+    return (shown[name] + "\n".join(shown.get(p, "") for p in others),
+            [p for p in others if p not in shown])
+
+
 def unmarked_tables(docs: Path) -> list[str]:
     """"page:line" of each markdown table outside generated blocks and code fences whose rows hold
     a decimal number or a percentage and that no `<!-- hand-written: WHY -->` line (WHY: a
     constant, a quote, dated history) marks within the 4 lines above it: numbers copied by hand
-    from a run."""
+    from a run. A table marked `<!-- numbers from: [PAGE.md ...] -->` instead (a summary of the
+    blocks beneath it) passes when every such number is shown by a generated block of its page
+    (or of the pages named); "page:line: NUMBER" for each that is not."""
     found = []
-    for page in sorted(docs.glob("*.md")):
+    shown = _shown(docs)
+    for page in doc_pages(docs):
+        name = page_name(page, docs)
         lines = page.read_text().splitlines()
         hidden = _code_or_block(lines)
         i = 0
@@ -431,9 +464,17 @@ def unmarked_tables(docs: Path) -> list[str]:
                 end = i
                 while end < len(lines) and lines[end].lstrip().startswith("|"):
                     end += 1
-                if (any(DECIMAL.search(row) for row in lines[i + 2:end])
-                        and not any(MARK in lines[k] for k in range(max(0, i - 4), i))):
-                    found.append(f"{page.name}:{i + 1}")
+                above = [lines[k] for k in range(max(0, i - 4), i)]
+                sourced = next((line for line in above if FROM in line), None)
+                if sourced is not None:
+                    pool, unknown = _from_pages(sourced, name, shown)
+                    found.extend(f"{name}:{i + 1}: no page {p}" for p in unknown)
+                    found.extend(f"{name}:{k + 1}: {m[0]}" for k in range(i + 2, end)
+                                 for m in DECIMAL.finditer(re.sub(r"`[^`]*`", " ", lines[k]))
+                                 if not _found(m[0].rstrip("%"), pool))
+                elif (any(DECIMAL.search(row) for row in lines[i + 2:end])
+                        and not any(MARK in line for line in above)):
+                    found.append(f"{name}:{i + 1}")
                 i = end
                 continue
             i += 1
@@ -448,11 +489,6 @@ PROSE_NUMBERS = (
     # an interval ("95% t interval"), which is a setting
     re.compile(r"(?<![\w.,])(\d+)(?=\s?%)(?!\s?%\s+(?:t\s+)?(?:interval|confidence|CI))"),
 )
-FROM = "<!-- numbers from:"
-
-
-def _found(number: str, text: str) -> bool:
-    return re.search(r"(?<![\d.])" + re.escape(number) + r"(?!\d)", text) is not None
 
 
 def unsourced_numbers(docs: Path) -> list[str]:
@@ -462,8 +498,8 @@ def unsourced_numbers(docs: Path) -> list[str]:
     `<!-- numbers from: PAGE.md ... -->` right above a paragraph adds those pages' blocks to
     where its numbers are looked up; `<!-- hand-written: WHY -->` exempts the paragraph (a
     constant, a definition, a quote, arithmetic on shown numbers, dated history)."""
-    pages = {p.name: p.read_text() for p in sorted(docs.glob("*.md"))}
-    shown = {name: "\n".join(m["body"] for m in BLOCK.finditer(text)) for name, text in pages.items()}
+    pages = {page_name(p, docs): p.read_text() for p in doc_pages(docs)}
+    shown = _shown(docs)
     found = []
     for name, text in pages.items():
         in_paragraph = False
@@ -475,9 +511,8 @@ def unsourced_numbers(docs: Path) -> list[str]:
             if in_paragraph and not mark.startswith(MARK):
                 pool = shown[name]
                 if mark.startswith(FROM):
-                    others = mark[len(FROM):].split("-->")[0].split()
-                    found.extend(f"{name}:{start}: no page {p}" for p in others if p not in shown)
-                    pool += "\n".join(shown.get(p, "") for p in others)
+                    pool, unknown = _from_pages(mark, name, shown)
+                    found.extend(f"{name}:{start}: no page {p}" for p in unknown)
                 found.extend(f"{name}:{line}: {n}" for n, line in numbers if not _found(n, pool))
             if in_paragraph:
                 mark = ""
@@ -524,8 +559,12 @@ def main(argv=None) -> int:
         return 2
     copied = unmarked_tables(args.docs) if args.only is None else []
     for c in copied:
+        if c.count(":") == 2:   # page:line: NUMBER, in a table marked as a summary of blocks
+            print(f"unsourced: {c}: a number in a summary table that no generated block of the page shows")
+            continue
         print(f"hand-copied: {c}: a table of measured numbers outside a generated block (make it a "
-              "block from committed data, or mark it <!-- hand-written: why -->)")
+              "block from committed data, mark it <!-- numbers from: --> when it summarizes the page's "
+              "blocks, or mark it <!-- hand-written: why -->)")
     unsourced = unsourced_numbers(args.docs) if args.only is None else []
     for u in unsourced:
         print(f"unsourced: {u}: a number in prose that no generated block of the page shows (cite a "

@@ -14,7 +14,9 @@ import pytest
 from lengen.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: the README and every page of the docs site (docs/ and its section folders; docs/data/ is results)
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md")
+                                     if p.relative_to(ROOT / "docs").parts[0] != "data")]
 FENCE = re.compile(r"^\s*```(\w*)[^\n]*\n(.*?)^\s*```", re.S | re.M)
 
 
@@ -71,7 +73,7 @@ def test_the_docs_show_commands():
     assert len(commands) > 50, len(commands)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_documented_command_parses(page):
     refused = [(c, e) for c in documented_commands(page.read_text()) if (e := parse_error(c))]
     assert not refused, "\n".join(f"{c}\n  -> {e}" for c, e in refused)
@@ -93,7 +95,7 @@ REPO_FILE = re.compile(r"(?<![\w/.])((?:benchmarks|scripts|lengen|tests|docs)/[\
                        r"\.(?:py|sh|cpp|md|png|csv|json|txt))")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_file_a_page_names_exists_and_scripts_take_the_flags_shown(page):
     """A file of the repository a page names (a benchmark, a script, a module, a test, a data
     file) exists, and each --flag a page passes a script is spelled in that script (its argparse
@@ -108,7 +110,7 @@ def test_every_file_a_page_names_exists_and_scripts_take_the_flags_shown(page):
     assert not unknown, unknown
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_python_example_is_python_and_imports_what_lengen_has(page):
     """A ```python block of a page parses, and every name it imports from lengen exists (a moved
     or renamed function fails here). Not run: examples load models and train."""
@@ -144,7 +146,7 @@ def test_the_readme_s_model_example_runs_and_gives_the_shape_it_says():
     assert list(scope["logits"].shape) == [int(x) for x in said[1].split(",")]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_inline_lengen_command_names_flags_and_subcommands_that_exist(page):
     """`lengen ...` in a sentence is often a fragment (no run folder, a flag without its value),
     so only what argparse cannot know is refused: an unknown flag or subcommand."""

@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_docs.py"
+#: every page of the docs site (section folders included; docs/data/ holds results, not pages)
+PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if p.relative_to(ROOT / "docs").parts[0] != "data")
 
 
 def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data", only: str | None = None
@@ -26,7 +28,7 @@ def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data", only:
 
 def docs_pages() -> str:
     """Every page of docs/, joined: where a generated block is looked for."""
-    return "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    return "".join(p.read_text() for p in PAGES)
 
 
 def add_block(page: Path, args: str, body: str = "") -> None:
@@ -323,6 +325,30 @@ def test_a_hand_copied_table_of_measurements_is_found_until_it_is_marked(tmp_pat
     assert unmarked_tables(tmp_path) == ["performance.md:11"]
 
 
+def test_a_summary_table_passes_only_with_numbers_its_page_s_blocks_show(tmp_path):
+    """A results page opens with a summary table marked `<!-- numbers from: -->`: each of its
+    numbers must be one a generated block of the page (or of a page the mark names) shows; a
+    section folder's page is named by its path under docs/."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_docs import unmarked_tables
+
+    (tmp_path / "results").mkdir()
+    block = ("<!-- generated: bench x.txt -->\n| encoding | acc |\n|---|---|\n| rope | 71.5 |\n"
+             "<!-- end generated -->\n")
+    summary = "| claim | lengen |\n|---|---|\n| randomized helps | {} |\n"
+    page = tmp_path / "results" / "demo.md"
+    page.write_text("<!-- numbers from: -->\n" + summary.format("71.5") + "\n" + block)
+    assert unmarked_tables(tmp_path) == []
+    page.write_text("<!-- numbers from: -->\n" + summary.format("71.50%") + "\n" + block)
+    assert unmarked_tables(tmp_path) == ["results/demo.md:4: 71.50%"]
+    # the number shown on another page, named by its path
+    (tmp_path / "results" / "other.md").write_text(block)
+    page.write_text("<!-- numbers from: results/other.md -->\n" + summary.format("71.5") + "\n")
+    assert unmarked_tables(tmp_path) == []
+    page.write_text("<!-- numbers from: other.md -->\n" + summary.format("71.5") + "\n")
+    assert unmarked_tables(tmp_path) == ["results/demo.md:2: no page other.md", "results/demo.md:4: 71.5"]
+
+
 def test_a_number_in_prose_that_no_block_shows_is_found_until_it_is_sourced_or_marked(tmp_path):
     """A decimal number or integer percentage in a prose paragraph must be one that a generated
     block of its page shows (so it fails --check once the data changes it), or one that a
@@ -408,7 +434,7 @@ def test_nothing_points_into_shared():
     line, docstring or preset may send a reader there (cite the paper instead)."""
     root = ROOT
     pattern = re.compile(r"\.\./shared|shared/(reference|seeds)|reference note")
-    files = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+    files = [root / "README.md", *PAGES,
              *sorted((root / "lengen").rglob("*.py")), *sorted((root / "lengen").rglob("*.yaml"))]
     found = [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in files
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
