@@ -55,7 +55,7 @@ def test_the_site_builds_strict(site):
 def _title(page: Path) -> str:
     """A page's `# title` as the browser shows it (inline code and emphasis unmarked)."""
     first = next(line for line in page.read_text().splitlines() if line.startswith("# "))
-    return re.sub(r"[`*_]", "", first[2:]).strip()
+    return re.sub(r"`|\*\*?", "", first[2:]).strip()
 
 
 def _text(fragment: str) -> str:
