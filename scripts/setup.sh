@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Sets up .venv with lengen and its test, HF and sweep (Ray) extras, at the versions in
-# constraints.txt (what CI passed with), so the README's commands give the same environment on any
-# day. On another Python than the one constraints.txt was resolved for, or with LENGEN_UNPINNED=1,
-# it installs the newest releases within pyproject.toml's ranges instead (and says so).
+# Sets up .venv with lengen and its test, HF, sweep (Ray) and docs-site (MkDocs) extras, at the
+# versions in constraints.txt (what CI passed with), so the README's commands give the same
+# environment on any day. On another Python than the one constraints.txt was resolved for, or with
+# LENGEN_UNPINNED=1, it installs the newest releases within pyproject.toml's ranges instead (and
+# says so).
 # When the venv has no torch it installs the pinned torch from pip's configured index: on lengen's
 # dev machines and CI that is a local CPU wheel; from plain PyPI on Linux it is the CUDA build
 # (several GB). TORCH_INDEX_URL picks another index (e.g. PyTorch's CPU-only one, see README).
@@ -30,4 +31,4 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     "${pip[@]}" "$(grep '^torch==' constraints.txt)"
   fi
 fi
-"${pip[@]}" -e ".[dev,hf,sweep]"
+"${pip[@]}" -e ".[dev,hf,sweep,docs]"

@@ -1,4 +1,10 @@
-"""Helpers the tests share: interrupt a run at a chosen call, and fail if a model is loaded."""
+"""Helpers the tests share: interrupt a run at a chosen call, fail if a model is loaded, and find
+headless Chromium (the report page and the docs site render in it)."""
+
+import os
+import shutil
+
+import pytest
 
 
 def interrupt_on_call(real, n: int):
@@ -20,3 +26,13 @@ class ModelLoaded(Exception):
 
 def no_model(*args, **kwargs):
     raise ModelLoaded("the model was loaded before the options were checked")
+
+
+def chromium() -> str:
+    """The path of a Chromium to run headless; skips the test where there is none, except in CI."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    if os.environ.get("CI"):
+        pytest.fail("CI must have headless Chromium (.ci/run installs Debian's chromium)")
+    pytest.skip("no Chromium here (apt-get install chromium)")

@@ -46,7 +46,8 @@ def documented_commands(text: str) -> list[str]:
                 continue
             if m := re.match(r"^for (\w+) in (\S+)", line):
                 env[m[1]] = m[2]
-            for part in re.split(r"&&|;|\|\|?", line):
+            # a separator outside quotes (`--versus "standard; test standard"` is one argument)
+            for part in re.split(r'(?:&&|;|\|\|?)(?=(?:[^"]|"[^"]*")*$)', line):
                 part = part.strip().removeprefix("do ").strip()
                 if not part.startswith("lengen ") or "[" in part or "..." in part:
                     continue

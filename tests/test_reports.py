@@ -1,7 +1,6 @@
 """Reports: the paper's aggregations on hand-made tables, the comparison with the published
 Table 1, and the HTML page in a real browser."""
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ from lengen.reports import che_aggregate as agg
 from lengen.reports.che_compare import compare_variants, versus, versus_markdown
 from lengen.reports.published import compare, comparable, published_table1
 from lengen.reports.render import cell_texts, markdown
+
+from guards import chromium
 
 
 def hand_runs() -> pd.DataFrame:
@@ -170,17 +171,8 @@ def test_report_files(report):
     assert (report / "fig4_even_pairs.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    if os.environ.get("CI"):
-        pytest.fail("CI must have headless Chromium (.ci/run installs Debian's chromium)")
-    pytest.skip("no Chromium here (apt-get install chromium)")
-
-
 def test_html_page_renders_offline_in_a_browser(report, tmp_path):
-    browser = _chromium()
+    browser = chromium()
     url = (report / "index.html").resolve().as_uri()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000",
              f"--user-data-dir={tmp_path / 'profile'}"]
