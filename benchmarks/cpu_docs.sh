@@ -1,6 +1,5 @@
 #!/bin/bash
-# The CPU speed tables of docs/ (performance.md, training_free.md, training_time_methods.md,
-# sweeps.md), measured again into one folder of raw outputs that docs' `bench` blocks render
+# The CPU speed tables of docs/ (results/speed.md, training_free.md), measured again into one folder of raw outputs that docs' `bench` blocks render
 # (python scripts/build_docs.py). Run it on an idle machine: stop other CPU work first (kill
 # -STOP / -CONT), since the "idle" rows of shared_cpu.py and every absolute number need it.
 # About 40 minutes on 2 cores.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the open GPU work needs measured, in two parts that each fit one 10-minute call of
-# the device tool (docs/performance.md, docs/devices.md say where the results go):
+# the device tool (docs/results/speed.md, docs/engineering/gpu-sessions.md and docs/devices.md say
+# where the results go):
 #
 #   bash benchmarks/gpu_session.sh checks   # CUDA tests + attention-level and whole-model speed (issue 12)
 #   bash benchmarks/gpu_session.sh many     # many models at once on CUDA (issue 10)

@@ -12,7 +12,7 @@ the fused kernels' own reads of q, k, v are approximated by the math path's).
     python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
     python benchmarks/step_traffic.py --bandwidth 3.35      # H100 SXM HBM3, TB/s
 
-What it shows (2026-11-28, docs/performance.md): the eager step of a group of 512 moved ~1.7 GB
+What it shows (2026-11-28, docs/engineering/performance.md): the eager step of a group of 512 moved ~1.7 GB
 per model-step outside the scores (1.55 GB once RoPE's rotation got its vmap rule), so at an
 H100's 3.35 TB/s at most ~2,000 (~2,170) model-steps/s; 580 were measured on an H100 that day,
 and 5,000 allows 0.67 GB per model-step: fusion, bf16 activations, fewer copies, not faster

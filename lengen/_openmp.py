@@ -3,7 +3,7 @@
 OpenMP threads spin for a while before they sleep. On an idle machine that makes the CHE model's
 many small parallel regions fast; on a machine where another process holds a core, a spinning
 thread waits for one that is not running, and every region becomes a wait. Measured on 2 cores
-(benchmarks/shared_cpu.py, docs/performance.md): spinning is ~1.4x faster idle and ~1.7x slower
+(benchmarks/shared_cpu.py, docs/results/speed.md): spinning is ~1.4x faster idle and ~1.7x slower
 beside one CPU-bound process (the issue that reported it saw 30x with 40 steps).
 
 So: if, at import, other processes keep at least half a core busy, threads wait passively;

@@ -286,17 +286,17 @@ def test_a_bench_block_is_the_table_a_benchmark_printed(copy):
                 "| encoding | N  | model-steps/s |\n"
                 "|----------|----|---------------|\n"
                 "| rope     | 64 | 403.6         |\n")
-    add_block(copy / "performance.md", "bench benchmarks/tiny/many.txt", expected)
+    add_block(copy / "results" / "speed.md", "bench benchmarks/tiny/many.txt", expected)
     assert check(copy, copy / "data", only="benchmarks/tiny/many.txt").returncode == 0
     raw.write_text(raw.read_text().replace("403.6", "430.6"))
     done = check(copy, copy / "data", only="benchmarks/tiny/many.txt")
-    assert done.returncode == 1 and "stale: performance.md: bench benchmarks/tiny/many.txt" in done.stdout
+    assert done.returncode == 1 and "stale: results/speed.md: bench benchmarks/tiny/many.txt" in done.stdout
     # a script that prints its caption after the table
     (raw.parent / "below.txt").write_text("| tokens | s |\n|---|---|\n| 8 | 1.0 |\nrandom layout\n")
-    add_block(copy / "performance.md", "bench benchmarks/tiny/below.txt",
+    add_block(copy / "results" / "speed.md", "bench benchmarks/tiny/below.txt",
               "random layout\n\n| tokens | s |\n|---|---|\n| 8 | 1.0 |\n")
     assert check(copy, copy / "data", only="benchmarks/tiny/below.txt").returncode == 0
-    add_block(copy / "performance.md", "bench ../../etc/passwd")
+    add_block(copy / "results" / "speed.md", "bench ../../etc/passwd")
     done = check(copy, copy / "data", only="../../etc/passwd")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr and "under docs/data" in done.stderr
 

@@ -1,4 +1,4 @@
-"""benchmarks/step_traffic.py's byte counter (the roofline in docs/performance.md) against bytes
+"""benchmarks/step_traffic.py's byte counter (the roofline in docs/engineering/performance.md) against bytes
 worked out by hand for a few operators on the meta device."""
 
 import sys

@@ -1,6 +1,7 @@
 """Fused CPU kernels. `attention` is scaled-dot-product attention with an additive bias and a
 causal flag: a C++ kernel for small head dims on CPU (float32), torch's SDPA otherwise.
-See lengen/kernels/small_attention.py and docs/performance.md.
+See lengen/kernels/small_attention.py, docs/engineering/performance.md (how it works) and
+docs/results/speed.md (measured).
 
 `flex_remap`: the remapping methods' attention as two FlexAttention passes merged by log-sum-exp
 (used on CUDA; see lengen/kernels/flex_remap.py and docs/training_free.md)."""

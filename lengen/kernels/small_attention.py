@@ -320,7 +320,7 @@ def _unsupported(q, k, v, bias) -> str | None:
 def _slower(q, k, v) -> str | None:
     """Supported shapes where SDPA is the faster one: queries fill the vector lanes, so a few
     queries against many keys (decoding with a KV cache) leave most lanes idle (measured in
-    docs/performance.md)."""
+    docs/engineering/performance.md)."""
     if q.shape[2] < (8 if max(q.shape[3], v.shape[3]) <= 16 else 16) and k.shape[2] >= 64:
         return "few queries against many keys: SDPA is faster"
     return None

@@ -15,12 +15,12 @@ from lengen.options import flatten
 from lengen.che.group import PER_MODEL, PER_MODEL_EVAL
 
 #: group size when --group-size is not given. 1 (no grouping) on both for now: on the 2-core CPU a
-#: group of 8 paper-sized models trains at 0.73-0.93x the model-steps/s of the 8 one after another
+#: group of 8 paper-sized models trains at 0.82-0.88x the model-steps/s of the 8 one after another
 #: (fused attention per model under vmap and length buckets; the step is compute-bound, so a
-#: group can at best match them; tiny models gain 1.8-3.7x). On an H100 (2026-11-28) one group
+#: group can at best match them; tiny models gain 1.9-4.6x). On an H100 (2026-11-28) one group
 #: of 64 trained at 7.6x and of 512 at 10.8x one model alone, but a sweep's groups (5-30 runs)
 #: sharing a GPU with --runs-per-gpu are not measured yet: `gpu_session.sh sweeps` is what the
-#: CUDA default should come from (docs/performance.md)
+#: CUDA default should come from (docs/results/speed.md)
 DEFAULT_GROUP_SIZE = {"cpu": 1, "cuda": 1}
 
 

@@ -78,8 +78,8 @@ def add_parser(sub) -> None:
                    "run directory). On the CPU a grouped run equals the same run alone up to float rounding, "
                    "dropout included (each member draws its own masks); on CUDA its dropout masks are other "
                    "draws, so there its numbers differ as another seed's would. Default 1 (every run alone). Measured on a 2-core CPU "
-                   "(docs/performance.md): a group of 8 paper-sized models trains at 0.73-0.93x the speed of "
-                   "the 8 one after another; tiny models gain 1.8-3.7x (groups of 8-128). On an H100 one group "
+                   "(docs/results/speed.md): a group of 8 paper-sized models trains at 0.82-0.88x the speed of "
+                   "the 8 one after another; tiny models gain 1.9-4.6x (groups of 8-128). On an H100 one group "
                    "of 64 trained at 7.6x, of 512 at 10.8x one model alone; sweeps of groups sharing a GPU "
                    "are not measured yet")
     r.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray instance)")
