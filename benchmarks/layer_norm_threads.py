@@ -1,4 +1,4 @@
-"""Where a CHE run's numbers depend on the CPU thread count (docs/results.md): torch's fused
+"""Where a CHE run's numbers depend on the CPU thread count (docs/results/demo.md): torch's fused
 LayerNorm backward sums the gain and bias gradients over the rows in a thread-count-dependent
 order. Prints (1) one LayerNorm backward at 1 and 2 threads, gradient by gradient, and (2) the
 seed paper's model's training step with torch's LayerNorm against one written out of elementwise

@@ -21,7 +21,7 @@ else set since), never below 1.
 
 The user's choice is never overridden: `--threads` (lengen._openmp.pin_threads), OMP_NUM_THREADS,
 MKL_NUM_THREADS, OMP_WAIT_POLICY or GOMP_SPINCOUNT set before lengen was imported. Results:
-torch's fused LayerNorm backward sums in a thread-count-dependent order (docs/results.md), so a
+torch's fused LayerNorm backward sums in a thread-count-dependent order (docs/results/demo.md), so a
 run whose count changed differs from an idle run in the last bits; `--threads N` keeps it fixed.
 Only Linux (/proc/stat) is sampled; elsewhere the count stays.
 """

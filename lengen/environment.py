@@ -98,7 +98,7 @@ def run_environment(device=None) -> dict:
     sums split differently across threads), and the CPU kernels torch picked (`cpu_capability`:
     AVX2, AVX512, ...), which can change them across machines: the same 1-thread CHE run at the
     same commit scored 0.4770 on an earlier session's machine (not recorded) and 0.4709 on an AVX2
-    one (docs/results.md, "Randomized positions on a CHE task")."""
+    one (docs/results/demo.md)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     info = {**_code(), "transformers": version_of("transformers"), "device": str(device),
             "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}

@@ -107,11 +107,11 @@ def test_a_changed_perplexity_of_a_committed_lm_eval_is_caught(copy):
 
 
 def test_a_report_block_is_the_file_lengen_report_writes(copy, tmp_path):
-    page = copy / "results.md"
+    page = copy / "results" / "ruoss2023-mini.md"
     block = "<!-- generated: report ruoss2023-mini table2.md -->\n"
     page.write_text(page.read_text() + "\n" + block + "stale text\n<!-- end generated -->\n")
     done = check(copy, copy / "data", only="ruoss2023-mini")
-    assert done.returncode == 1 and "stale: results.md: report ruoss2023-mini table2.md" in done.stdout
+    assert done.returncode == 1 and "stale: results/ruoss2023-mini.md: report ruoss2023-mini table2.md" in done.stdout
     built = subprocess.run([sys.executable, str(BUILD), "--only", "ruoss2023-mini", "--docs", str(copy), "--data", str(copy / "data")],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
@@ -130,7 +130,7 @@ def test_a_changed_score_in_the_demo_data_is_caught(copy):
     record["score"] = 0.5   # printed 0.893
     run.write_text(json.dumps(record))
     done = check(copy, copy / "data", only="threads-2")
-    assert done.returncode == 1 and "stale: results.md: demo threads-2" in done.stdout
+    assert done.returncode == 1 and "stale: results/demo.md: demo threads-2" in done.stdout
 
 
 def test_a_changed_score_in_a_study_is_caught(copy):
@@ -149,7 +149,7 @@ def test_a_changed_score_in_a_study_is_caught(copy):
 
 
 def test_a_changed_number_in_a_docs_table_is_caught(copy):
-    page = copy / "results.md"
+    page = copy / "results" / "demo.md"
     text = page.read_text()
     assert "| score (21-60) | 0.560 |" in text
     page.write_text(text.replace("| score (21-60) | 0.560 |", "| score (21-60) | 0.561 |", 1))
@@ -158,10 +158,10 @@ def test_a_changed_number_in_a_docs_table_is_caught(copy):
 
 
 def test_an_unknown_block_is_one_clear_message(copy):
-    add_block(copy / "results.md", "che no-such-study table1")
+    add_block(copy / "results" / "ruoss2023-mini.md", "che no-such-study table1")
     done = check(copy, copy / "data", only="no-such-study")
     assert done.returncode not in (0, 1) and "Traceback" not in done.stderr
-    assert re.search(r"results\.md: block `che no-such-study table1` cannot be built", done.stderr)
+    assert re.search(r"results/ruoss2023-mini\.md: block `che no-such-study table1` cannot be built", done.stderr)
 
 
 def test_a_changed_cell_of_the_arithmetic_study_is_caught(copy):
@@ -171,7 +171,7 @@ def test_a_changed_cell_of_the_arithmetic_study_is_caught(copy):
     table.loc[diagonal, "correct"] += 1   # one more problem right at 7 digits: the by-length table moves
     table.to_csv(cells, index=False)
     done = check(copy, copy / "data", only="abacus2024-mini")
-    assert done.returncode == 1 and "stale: results.md: report abacus2024-mini arith_by_length.md" in done.stdout
+    assert done.returncode == 1 and "stale: results/abacus2024-mini.md: report abacus2024-mini arith_by_length.md" in done.stdout
 
 
 def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):

@@ -81,7 +81,7 @@ def _installed(distribution):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_runs_record_names_its_thread_count_device_and_versions(tmp_path, threads):
-    """The CPU thread count changes a run's numbers (docs/results.md), so eval.json records it,
+    """The CPU thread count changes a run's numbers (docs/results/demo.md), so eval.json records it,
     with the device, torch and the lengen commit that computed them."""
     out = tmp_path / "run"
     before = torch.get_num_threads()

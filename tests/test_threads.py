@@ -77,7 +77,7 @@ def _composite_layer_norm(self, x):
 
 
 def test_lengen_s_own_computations_do_not_depend_on_the_thread_count(tmp_path, monkeypatch):
-    """docs/results.md: a CHE run's numbers change with the CPU thread count only through torch's
+    """docs/results/demo.md: a CHE run's numbers change with the CPU thread count only through torch's
     fused LayerNorm backward. With it replaced, training (fused attention kernel, RoPE's
     backward, dropout masks, fused Adam, clipping) gives the same bits on 1 and 2 threads."""
     from lengen.io import load_torch

@@ -1,4 +1,4 @@
-"""The report of a masked-LM sweep (`command: mlm`): the table of docs/results.md's MLM section (Su's
+"""The report of a masked-LM sweep (`command: mlm`): the table of docs/results/su2023-mlm.md (Su's
 experiment, su_mlm.md part B) from the sweep's runs, as Markdown, a long CSV, a figure and one
 offline HTML page.
 
