@@ -1,10 +1,11 @@
-"""docs/how-to/add-an-encoding.md is run, not only parsed: its example modules (the ```python
-blocks whose first line is `# file: NAME.py, in lengen/PACKAGE/`) are loaded as the modules they
-say they are, its registry lines (the `+` lines of its ```diff blocks) are run, its reference tests
+"""The three "add a ..." how-to pages (docs/how-to/add-an-encoding.md, add-a-method.md and
+add-a-task.md) are run, not only parsed: their example modules (the ```python blocks whose first
+line is `# file: NAME.py, in lengen/PACKAGE/`) are loaded as the modules they say they are, their
+registry lines (the `+` lines of their ```diff blocks) are run, their reference tests
 (`# file: test_NAME.py, in tests/`) pass, and the new encoding, method and task run through the
-paths the page says they do: CHE alone and grouped, the decoder LM with its KV cache, the masked
+paths the pages say they do: CHE alone and grouped, the decoder LM with its KV cache, the masked
 LM and arithmetic for the encoding; the decoder LM (and lengen.hf) for the method; CHE alone and
-grouped for the task. Registries are module-level: the page's entries go into copies of them,
+grouped for the task. Registries are module-level: the pages' entries go into copies of them,
 and the real ones are back after each test.
 
 Beside it: docs/reference/catalogue.md has one row for every name of the encoding, position
@@ -34,16 +35,27 @@ from lengen.tasks import TASKS
 from test_docs_commands import code_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-HOWTO = ROOT / "docs" / "how-to" / "add-an-encoding.md"
+HOWTO_DIR = ROOT / "docs" / "how-to"
+#: the page that adds each kind
+HOWTOS = {"encoding": HOWTO_DIR / "add-an-encoding.md", "method": HOWTO_DIR / "add-a-method.md",
+          "task": HOWTO_DIR / "add-a-task.md"}
 CATALOGUE = ROOT / "docs" / "reference" / "catalogue.md"
 #: the first line of an example file: its name and the folder it is saved in
 MARKER = re.compile(r"# file: (\w+)\.py, in (lengen/\w+|tests)/")
-#: what the page adds, by registry
+#: what each page adds, by kind
 NEW = {"encoding": "scaled_alibi", "method": "partial_pi", "task": "first_token"}
+#: each kind's registry and the package its module goes in
+REGISTRY = {"encoding": ("ENCODINGS", "lengen/encodings"), "method": ("METHODS", "lengen/extrapolation"),
+            "task": ("TASKS", "lengen/tasks")}
+
+
+def howto_text() -> str:
+    """The three pages' text, one after the other (each page's blocks are self-contained)."""
+    return "\n".join(page.read_text() for page in HOWTOS.values())
 
 
 def example_files(text: str) -> dict[tuple[str, str], str]:
-    """{(folder, module name): source} of the page's marked ```python blocks, in page order."""
+    """{(folder, module name): source} of a page's marked ```python blocks, in page order."""
     files = {}
     for block in code_blocks(text, "python"):
         first = block.split("\n", 1)[0].strip()
@@ -54,7 +66,7 @@ def example_files(text: str) -> dict[tuple[str, str], str]:
 
 
 def registry_lines(text: str) -> list[str]:
-    """The added lines (`+...`) of the page's ```diff blocks: imports and `REGISTRY.add` lines."""
+    """The added lines (`+...`) of a page's ```diff blocks: imports and `REGISTRY.add` lines."""
     return [line[1:] for block in code_blocks(text, "diff") for line in block.splitlines()
             if line.startswith("+")]
 
@@ -70,10 +82,11 @@ def load(name: str, path: Path, mp: pytest.MonkeyPatch):
 
 @contextlib.contextmanager
 def howto_loaded(root: Path, text: str | None = None):
-    """The page's examples written under `root`, its modules loaded as lengen.encodings.scaled_alibi,
-    ... and registered by its own registry lines into copies of the registries; yields the page's
-    test modules. On exit the registries and sys.modules are as before."""
-    text = HOWTO.read_text() if text is None else text
+    """The pages' examples written under `root`, their modules loaded as lengen.encodings.scaled_alibi,
+    ... and registered by their own registry lines into copies of the registries; yields the pages'
+    test modules. On exit the registries and sys.modules are as before. `text`: the three pages'
+    text (howto_text()) unless given."""
+    text = howto_text() if text is None else text
     with pytest.MonkeyPatch.context() as mp:
         for registry in (ENCODINGS, METHODS, TASKS):
             mp.setattr(registry, "_items", dict(registry._items))
@@ -99,7 +112,7 @@ def howto(tmp_path):
 
 
 def run_tests(modules, tmp_path) -> list[str]:
-    """Call every test function of the page's test modules (tmp_path passed to those that ask)."""
+    """Call every test function of the pages' test modules (tmp_path passed to those that ask)."""
     ran = []
     for module in modules:
         for name, fn in vars(module).items():
@@ -110,24 +123,29 @@ def run_tests(modules, tmp_path) -> list[str]:
     return ran
 
 
-# -- the page ---------------------------------------------------------------------------------------
-def test_the_page_shows_three_modules_their_tests_and_their_registry_lines():
-    text = HOWTO.read_text()
-    assert set(example_files(text)) == {
-        ("lengen/encodings", "scaled_alibi"), ("tests", "test_scaled_alibi"),
-        ("lengen/extrapolation", "partial_pi"), ("tests", "test_partial_pi"),
-        ("lengen/tasks", "first_token"), ("tests", "test_first_token")}
+# -- the pages ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", list(HOWTOS))
+def test_each_page_shows_its_module_its_test_and_its_registry_line(kind):
+    text, name = HOWTOS[kind].read_text(), NEW[kind]
+    registry, package = REGISTRY[kind]
+    assert set(example_files(text)) == {(package, name), ("tests", f"test_{name}")}
     adds = [line for line in registry_lines(text) if ".add(" in line]
-    assert [re.search(r"(\w+)\.add\(\"(\w+)\"", line).groups() for line in adds] == [
-        ("ENCODINGS", NEW["encoding"]), ("METHODS", NEW["method"]), ("TASKS", NEW["task"])]
-    assert not any(name in reg for name, reg in zip(NEW.values(), (ENCODINGS, METHODS, TASKS))), \
-        "the page's examples are not part of lengen: their names must be free"
+    assert [re.search(r"(\w+)\.add\(\"(\w+)\"", line).groups() for line in adds] == [(registry, name)]
+    assert name not in {"encoding": ENCODINGS, "method": METHODS, "task": TASKS}[kind], \
+        "the pages' examples are not part of lengen: their names must be free"
+
+
+@pytest.mark.parametrize("kind", list(HOWTOS))
+def test_each_page_links_to_the_two_others(kind):
+    links = set(re.findall(r"\]\(([\w-]+\.md)\)", HOWTOS[kind].read_text()))
+    assert {p.name for k, p in HOWTOS.items() if k != kind} <= links, links
 
 
 def test_the_examples_register_and_pass_their_reference_tests(howto, tmp_path):
     assert NEW["encoding"] in ENCODINGS and NEW["method"] in METHODS and NEW["task"] in TASKS
     ran = run_tests(howto, tmp_path)
-    assert len(howto) == 3 and len(ran) >= 3, ran  # a test function (at least) in each test file
+    assert [m.__name__ for m in howto] == [f"howto_test_{name}" for name in NEW.values()], howto
+    assert len(ran) >= 3, ran  # a test function (at least) in each test file
 
 
 def test_the_registries_are_as_before_after_the_page_is_unloaded(tmp_path):
@@ -233,6 +251,6 @@ def test_the_catalogue_lists_every_registered_name_once():
 
 
 def test_a_registry_entry_without_a_catalogue_row_fails(tmp_path):
-    with howto_loaded(tmp_path):  # the page's scaled_alibi and partial_pi have no row
+    with howto_loaded(tmp_path):  # the pages' scaled_alibi and partial_pi have no row
         with pytest.raises(AssertionError, match="missing.*scaled_alibi"):
             test_the_catalogue_lists_every_registered_name_once()
