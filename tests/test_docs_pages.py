@@ -18,7 +18,8 @@ USER_PAGES = [p for p in PAGES if p.relative_to(DOCS).parts[0] != ENGINEERING]
 LONG_OK = ("results/", "reference/cli.md")
 MAX_LINES = 320   # "under ~300 lines"
 
-GENERATED = re.compile(r"<!-- generated:.*?<!-- end generated -->", re.S)
+#: text a script writes from committed data: build_docs.py's blocks, hf_compat.py's "Tested with" line
+GENERATED = re.compile(r"<!-- generated:.*?<!-- end generated -->|<!-- tested-with:.*?<!-- /tested-with -->", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 DATE = re.compile(r"(?<![\w-])20\d\d-[01]\d-[0-3]\d(?![\w-])")
 #: a commit hash: 7-40 lowercase hex digits with at least one letter and one digit, standing alone
