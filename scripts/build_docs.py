@@ -265,7 +265,8 @@ class Blocks:
         planned = io.read_json(folder / "export.json")["planned"]
         cols = [c for c in ("lengen_commit", "torch", "transformers", "device", "gpu", "cpu_capability", "threads")
                 if c in env]
-        lines = [f"{len(env)} of {planned} planned runs finished; computed with:"]
+        # the blank line: in MkDocs a list right after a paragraph line is that paragraph's text
+        lines = [f"{len(env)} of {planned} planned runs finished; computed with:", ""]
         for values, group in env.groupby(cols, sort=False):
             parts = [f"{c.replace('_commit', '')} {v}" for c, v in zip(cols, values) if v and c != "threads"]
             threads = dict(zip(cols, values)).get("threads", "")

@@ -143,7 +143,7 @@ def _markdown(table: pd.DataFrame, done: int, planned: int) -> str:
         by = {r["metric"]: _pm(r) for _, r in group.iterrows()}
         lines.append(f"| {variant} | {by['in_distribution']} | {by['out_of_distribution']} |")
     published = "\n".join(f"- {who}: {what}" for who, what in PUBLISHED)
-    return head + "\n".join(lines) + "\n\nWhat the papers report at their scale:\n" + published + "\n"
+    return head + "\n".join(lines) + "\n\nWhat the papers report at their scale:\n\n" + published + "\n"
 
 
 def _length_markdown(by_length: pd.DataFrame, train_digits: int) -> str:
