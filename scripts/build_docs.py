@@ -17,7 +17,8 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 (docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
 a committed `lengen hf tune` (docs/data/hftune/NAME; `hftune NAME evaluation`: its evaluation
 slice alone, for a cached search reported on other text), `inspect RUN` the `lengen inspect` example
-(docs/data/inspect/RUN), `costs` what each committed study took to run, `bench PATH`
+(docs/data/inspect/RUN), `hfexport list` which engines run which methods (`lengen hf export
+--list`), `costs` what each committed study took to run, `bench PATH`
 the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
 rests on. A table of measured numbers outside a block fails --check unless a line
@@ -50,6 +51,7 @@ from lengen import io  # noqa: E402
 from lengen.formatting import count_noun  # noqa: E402
 from lengen.hf.evaluate import plot_result as plot_hf_result  # noqa: E402
 from lengen.hf.evaluate import result_table as hf_result_table  # noqa: E402
+from lengen.hf.exporting import support_matrix  # noqa: E402
 from lengen.hf.tune_report import evaluation_source  # noqa: E402
 from lengen.inspect import inspect_run  # noqa: E402
 from lengen.lm.evaluate import plot_title  # noqa: E402
@@ -304,6 +306,13 @@ class Blocks:
         if not caption and end < len(lines):
             caption = lines[end].lstrip("# ").strip()
         return (f"{caption}\n\n" if caption else "") + "\n".join(lines[start:end]) + "\n"
+
+    def hfexport(self, what: str) -> str:
+        """`hfexport list`: which engines run which methods (`lengen hf export --list`), from the
+        one table in lengen.hf.exporting."""
+        if what != "list":
+            raise KeyError(f"hfexport {what}")
+        return "```text\n" + support_matrix() + "\n```\n"
 
     def render(self, args: str) -> str:
         kind, *rest = shlex.split(args)  # a variant label with spaces is quoted

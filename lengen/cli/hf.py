@@ -8,10 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from lengen.cli.options import set_threads
-from lengen.extrapolation import split_methods
+from lengen.extrapolation import parse_spec, split_methods
 from lengen.errors import LengenError
 from lengen.hf import describe
+from lengen.hf import exporting as ex
+from lengen.hf.arch import check_train_length
 from lengen.hf.evaluate import load_result, result_table, run, save_result
+from lengen.hf.identity import model_fingerprint
+from lengen.hf.loading import load, load_tokenizer, read_config
+from lengen.hf.methods import spec_with_options
 from lengen.hf.settings import EvalSettings
 from lengen.io import check_writable
 from lengen.protocols.options import check_protocol_options, split_tasks
@@ -26,6 +31,43 @@ def run_methods(args) -> int:
         print(describe.supported_list())
     else:
         print(describe.describe_source(args.model, args.train_length, args.gguf_file))
+    return 0
+
+
+def run_export(args) -> int:
+    if args.list:
+        if args.model_path or args.method or args.out:
+            raise LengenError("lengen hf export: --list takes no MODEL_PATH, --method or --out")
+        print(ex.support_matrix())
+        return 0
+    missing = [flag for flag, value in (("MODEL_PATH", args.model_path), ("--method", args.method),
+                                        ("--out", args.out)) if not value]
+    if missing:
+        raise LengenError(f"lengen hf export: give {' and '.join(missing)} (or --list)")
+    check_train_length(args.train_length)
+    for name, _ in parse_spec(args.method):   # an unexportable method: refused before anything loads
+        if "transformers" not in ex.SUPPORT.get(name, {}):
+            raise LengenError(f"lengen hf export: {args.method!r}: " + ex.refusal(name))
+    config = read_config(args.model_path, args.gguf_file)
+    ex.check_causal_lm(config, args.model_path)
+    settings = EvalSettings(model_path=args.model_path, gguf_file=args.gguf_file, methods=["rope"],
+                            lengths=[2], dtype=args.dtype)
+    tokenizer = load_tokenizer(settings)
+    fingerprint = model_fingerprint(args.model_path, args.gguf_file)
+    out = Path(args.out)
+    if out.exists():   # refused (or found done) before the model loads
+        ex.check_out(out, spec_with_options(args.method, {}), fingerprint)
+    model, tokenizer = load(settings, tokenizer)
+    record = ex.export(model, args.method, out, tokenizer, length=args.length, train_length=args.train_length,
+                       check_length=args.check_length,
+                       source={"path": str(Path(args.model_path).resolve()), "gguf_file": args.gguf_file,
+                               "fingerprint": fingerprint})
+    check = record["verified"]
+    print(f"wrote {out}: {record['spec']} as transformers rope_parameters {record['rope_parameters']}, "
+          f"max_position_embeddings {record['max_position_embeddings']}"
+          + (" (weights dequantized from the GGUF file)" if args.gguf_file else ""))
+    print(f"checked: plain transformers {check['transformers']} without lengen gives lengen.hf.extend's "
+          f"logits at {check['tokens']} tokens (max |difference| {check['max_abs_diff']:.2g})")
     return 0
 
 

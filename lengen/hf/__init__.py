@@ -5,6 +5,7 @@ hybrid-layer families (Gemma 2/3, SmolLM3, Llama 4, OLMo 2/3, Granite, Qwen3-MoE
     extend(model, "yarn", factor=4)        # or "dynamic", "rerope:window=512+logn", ...
     ...
     restore(model)                         # exactly the original model again
+    export(model, "yarn:factor=4", "out/")  # a folder plain transformers loads (exportable methods)
     tune(model_path="./llama", length=16384, text="books/", budget=30)   # choose a method's options
     banded.use(model)   # before extend: sliding-window layers without a T x T mask (long inputs)
 
@@ -12,9 +13,11 @@ See docs/huggingface.md. Needs `transformers` (the `hf` extra)."""
 
 from lengen.hf import banded
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES
+from lengen.hf.exporting import export
 from lengen.hf.extensions import extension_of
 from lengen.hf.patch import extend, restore
 from lengen.hf.settings import TuneSettings
 from lengen.hf.tuning import tune
 
-__all__ = ["banded", "extend", "restore", "extension_of", "tune", "TuneSettings", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["banded", "extend", "restore", "export", "extension_of", "tune", "TuneSettings",
+           "SUPPORTED_MODEL_TYPES"]

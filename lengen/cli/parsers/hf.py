@@ -116,3 +116,33 @@ def add_parser(sub) -> None:
     m.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
     m.set_defaults(func="lengen.cli.hf:run_methods")
+    x = hf_sub.add_parser(
+        "export", help="write an extended model as a folder plain transformers loads",
+        description="Write a local model extended with a method as a model folder that plain transformers "
+                    "loads with no lengen import (safetensors weights, unchanged; tokenizer files; config.json "
+                    "with transformers' own rope_parameters and max_position_embeddings raised to the "
+                    "target) and lengen_export.json. Only methods an engine implements natively can be "
+                    "exported (see --list); before the folder is kept, it is loaded in a fresh interpreter "
+                    "without lengen and its logits on a sequence past the trained length are compared with "
+                    "lengen.hf.extend's. A GGUF model is written dequantized, in --dtype.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  lengen hf export --list\n"
+               "  lengen hf export ./llama --method yarn:factor=4 --out ./llama-yarn4\n"
+               "  lengen hf export ./smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf --method yarn:factor=4 "
+               "--out ./smollm2-yarn4")
+    x.add_argument("model_path", nargs="?", metavar="MODEL_PATH",
+                   help="a local model folder (save_pretrained output, or the folder holding --gguf-file)")
+    x.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH (written dequantized)")
+    x.add_argument("--method", metavar="SPEC", help="one exportable method with its options, e.g. yarn:factor=4")
+    x.add_argument("--out", metavar="DIR", help="the new model folder (must not exist, unless it holds this "
+                   "same export)")
+    x.add_argument("--list", action="store_true", help="which engines run which methods, and how")
+    x.add_argument("--length", type=int, metavar="L", help="max_position_embeddings of the export (default: "
+                   "the trained length x the method's factor; dynamic keeps the trained length)")
+    x.add_argument("--train-length", type=int, metavar="L0",
+                   help="the model's trained context (default: max_position_embeddings)")
+    x.add_argument("--check-length", type=int, metavar="N", help="tokens of the checking sequence (default: "
+                   "L0 + L0/4; the model runs on it twice)")
+    x.add_argument("--dtype", choices=values.HF_WEIGHT_DTYPES, default="float32",
+                   help="the weights' storage type (default float32)")
+    x.set_defaults(func="lengen.cli.hf:run_export")

@@ -1,0 +1,202 @@
+"""`lengen hf export`: an extended model leaves lengen as a folder that plain transformers loads.
+
+Checked here independently of the export's own check: a fresh interpreter in which `import lengen`
+fails loads each exported folder with AutoModelForCausalLM, and its logits past the trained length
+equal `lengen.hf.extend`'s on the source model (tested elsewhere against transformers' own rope
+functions); its config.json holds the keys written out by hand below, and transformers warns about
+none of them. Refusals are one line, exit 2, nothing written."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from hf_families import tiny_family  # noqa: E402
+from tiny_llama import save_tiny_llama  # noqa: E402
+
+from lengen.cli import main  # noqa: E402
+from lengen.extrapolation import METHODS  # noqa: E402
+from lengen.hf import exporting as ex  # noqa: E402
+from lengen.hf import extend, restore  # noqa: E402
+
+L0 = 64   # the tiny Llama's max_position_embeddings
+# each method, and the rope_parameters transformers must find in the exported config.json
+# (head dim 16, base 10000, L0 64; the yarn attention factor is 0.1 ln 4 + 1)
+EXPECTED = {
+    "pi:factor=4": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
+    "ntk:factor=4": {"rope_type": "default", "rope_theta": 10000.0 * 4 ** (16 / 14)},
+    "dynamic:factor=4": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
+    "yarn:factor=4": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                      "beta_fast": 32.0, "beta_slow": 1.0, "truncate": True,
+                      "attention_factor": 0.1 * 1.3862943611198906 + 1, "rope_theta": 10000.0},
+    "llama3:factor=4": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 64, "rope_theta": 10000.0},
+    "longrope:short_factor=1/1/1/1/1/1/1/1,long_factor=1/1/1.5/2/3/4/6/8,factor=4": {
+        "rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1, 1, 1.5, 2, 3, 4, 6, 8],
+        "factor": 4.0, "original_max_position_embeddings": 64,
+        "attention_factor": (1 + 1.3862943611198906 / 4.1588830833596715) ** 0.5, "rope_theta": 10000.0},
+}
+MAX_POSITIONS = {"dynamic:factor=4": 64}   # dynamic NTK reads L0 from max_position_embeddings
+
+#: a fresh interpreter: lengen cannot be imported; the folder loaded by plain transformers
+LOAD = textwrap.dedent("""
+    import json, logging, sys
+    sys.modules["lengen"] = None
+    import torch, transformers
+    caught = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: caught.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        import lengen
+        lengen_importable = True
+    except ImportError:
+        lengen_importable = False
+    model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], local_files_only=True).eval()
+    ids = torch.tensor([json.loads(sys.argv[2])])
+    with torch.no_grad():
+        torch.save(model(ids).logits, sys.argv[3])
+    print(json.dumps({"lengen_importable": lengen_importable, "warnings": caught}))
+""")
+
+
+def load_plain(folder: Path, ids: torch.Tensor, tmp_path: Path):
+    out = tmp_path / "plain-logits.pt"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-I", "-c", LOAD, str(folder), json.dumps(ids[0].tolist()), str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return torch.load(out), json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny")) / "model"
+
+
+def lengen_logits(model_dir: Path, spec: str, ids: torch.Tensor) -> torch.Tensor:
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()
+    extend(model, spec)
+    with torch.no_grad():
+        logits = model(ids).logits
+    restore(model)
+    return logits
+
+
+@pytest.mark.parametrize("spec", list(EXPECTED))
+def test_plain_transformers_without_lengen_gives_lengen_s_extended_logits(tiny, spec, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert main(["hf", "export", str(tiny), "--method", spec, "--out", str(out)]) == 0
+    assert "checked: plain transformers" in capsys.readouterr().out
+    ids = torch.randint(0, 100, (1, 2 * L0 + 5), generator=torch.Generator().manual_seed(1))   # past L0
+    plain, seen = load_plain(out, ids, tmp_path)
+    assert seen == {"lengen_importable": False, "warnings": []}
+    torch.testing.assert_close(plain, lengen_logits(tiny, spec, ids), rtol=1e-5, atol=1e-5)
+    config = json.loads((out / "config.json").read_text())
+    written, expected = dict(config["rope_parameters"]), dict(EXPECTED[spec])
+    for key in ("short_factor", "long_factor"):   # lists: approx does not nest
+        assert written.pop(key, None) == pytest.approx(expected.pop(key, None))
+    assert written == pytest.approx(expected)
+    assert config["max_position_embeddings"] == MAX_POSITIONS.get(spec, 4 * L0)
+    # the weights are the source's, unchanged; the tokenizer came along
+    assert (out / "model.safetensors").read_bytes() == (tiny / "model.safetensors").read_bytes()
+    assert (out / "tokenizer.json").exists()
+    record = json.loads((out / ex.RECORD).read_text())
+    assert record["spec"].split(":")[0] == spec.split(":")[0] and record["lengen"]
+    assert record["source"]["fingerprint"].startswith("sha256:")
+    assert record["verified"]["tokens"] == L0 + L0 // 4 and record["verified"]["max_abs_diff"] < 1e-4
+
+
+@pytest.mark.parametrize("family", ["smollm3", "granite"])
+def test_a_family_with_nope_layers_or_multipliers_exports_too(family, tmp_path):
+    model = tiny_family(family)
+    source = tmp_path / "source"
+    model.save_pretrained(source)
+    out = tmp_path / "export"
+    ex.export(model, "yarn:factor=2", out)
+    ids = torch.randint(0, 100, (1, 80), generator=torch.Generator().manual_seed(2))   # L0 32: 2.5x
+    plain, seen = load_plain(out, ids, tmp_path)
+    assert seen["warnings"] == []
+    torch.testing.assert_close(plain, lengen_logits(source, "yarn:factor=2", ids), rtol=1e-5, atol=1e-5)
+
+
+def test_a_hybrid_model_with_sliding_layers_is_refused(tmp_path):
+    with pytest.raises(Exception, match="sliding"):
+        ex.export(tiny_family("gemma2"), "yarn:factor=2", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_whose_logits_differ_is_not_kept(tiny, tmp_path, monkeypatch):
+    """The export's own check: a config written wrong (factor 2 for 4) is caught and removed."""
+    real = ex.rope_parameters
+    monkeypatch.setattr(ex, "rope_parameters", lambda method, old: {**real(method, old), "factor": 2.0})
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny, local_files_only=True)
+    with pytest.raises(Exception, match="differ"):
+        ex.export(model, "pi:factor=4", tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def refused(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("rerope:window=16", "no engine implements rerope"),
+    ("yarn:factor=4+logn", "no engine implements logn"),
+    ("self_extend", "self_extend runs natively in llama.cpp"),
+    ("dca", "dca runs natively in SGLang"),
+])
+def test_a_method_no_export_serves_is_refused_naming_the_engines(tiny, spec, says, tmp_path, capsys):
+    err = refused(["hf", "export", str(tiny), "--method", spec, "--out", str(tmp_path / "out")], capsys)
+    assert says in err and "exportable: pi (transformers" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_is_not_a_causal_lm_is_refused(tmp_path, capsys):
+    transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, architectures=["BertForMaskedLM"]).save_pretrained(tmp_path / "bert")
+    err = refused(["hf", "export", str(tmp_path / "bert"), "--method", "yarn:factor=4",
+                   "--out", str(tmp_path / "out")], capsys)
+    assert "not a causal language model" in err and not (tmp_path / "out").exists()
+
+
+def test_an_out_that_is_something_else_is_refused_and_left_alone(tiny, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    err = refused(["hf", "export", str(tiny), "--method", "pi:factor=4", "--out", str(out)], capsys)
+    assert "is not a lengen export" in err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_an_earlier_export_is_kept_when_it_is_the_same_and_refused_when_not(tiny, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["hf", "export", str(tiny), "--method", "pi:factor=4", "--out", str(out)]) == 0
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert main(["hf", "export", str(tiny), "--method", "pi:factor=4", "--out", str(out)]) == 0
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp   # found done, not rewritten
+    capsys.readouterr()
+    err = refused(["hf", "export", str(tiny), "--method", "yarn:factor=4", "--out", str(out)], capsys)
+    assert "holds another export ('pi:factor=4'" in err
+
+
+def test_the_list_is_the_table_and_the_table_has_every_method(capsys):
+    assert set(ex.SUPPORT) == set(METHODS.names()) - {"rope"}   # a new method needs its row
+    assert main(["hf", "export", "--list"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[2:2 + len(ex.SUPPORT)]}
+    for method, engines in ex.SUPPORT.items():
+        assert rows[method] == ["yes" if e in engines else "-" for e in ex.ENGINES], method
+        for engine, how in engines.items():
+            assert f"{method} in {engine}: {how}" in text
+    assert rows["self_extend"] == ["-", "-", "-", "yes"] and rows["rerope"] == ["-"] * 4
