@@ -63,6 +63,9 @@ LOAD = textwrap.dedent("""
     ids = torch.tensor([json.loads(sys.argv[2])])
     with torch.no_grad():
         torch.save(model(ids).logits, sys.argv[3])
+    # transformers 5.0 warns that rope_theta is not a key of rope_type dynamic: a bug of that
+    # release (it moved rope_theta there itself and warns about its own configs too)
+    caught = [m for m in caught if not m.endswith("'dynamic': {'rope_theta'}")]
     print(json.dumps({"lengen_importable": lengen_importable, "warnings": caught}))
 """)
 

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from test_reports import _chromium
+from guards import chromium
 
 from lengen.reports import lm as lm_report
 from lengen.reports import lm_aggregate as lm
@@ -268,7 +268,7 @@ def test_build_passkey_accuracy(tmp_path):
 
 
 def test_lm_page_renders_offline_in_a_browser(tmp_path):
-    browser = _chromium()
+    browser = chromium()
     out = tmp_path / "report"
     build_lm_report("lm-tiny", hand_runs(), hand_values(), "ppl", out)
     url = (out / "index.html").resolve().as_uri()
