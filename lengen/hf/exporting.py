@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from lengen import __version__, io
+from lengen.environment import git_commit
 from lengen.errors import LengenError
 from lengen.extrapolation import parse_spec
 from lengen.hf.arch import SUPPORTED_MODEL_TYPES, inspect_model
@@ -198,6 +199,32 @@ def check_out(out: Path, spec: str, fingerprint: str) -> bool:
                       f"{earlier.get('source', {}).get('fingerprint')}); choose another --out")
 
 
+def _save(model, folder: Path, params: dict, max_positions: int) -> None:
+    """save_pretrained with the export's config; the model's own config is left as it was. A model
+    loaded from a GGUF file holds dequantized weights, but transformers still marks it quantized
+    (and refuses to save it): the mark is lifted for the save, so the weights are written as the
+    plain tensors they are."""
+    config = model.config
+    quantizer = getattr(model, "hf_quantizer", None)
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    gguf = quantizer is not None and str(getattr(method, "value", method)) == "gguf"
+    saved = (config.rope_parameters, config.max_position_embeddings)
+    quantization = config.__dict__.pop("quantization_config", None) if gguf else None
+    try:
+        config.rope_parameters, config.max_position_embeddings = params, max_positions
+        if gguf:
+            model.hf_quantizer = None
+        model.save_pretrained(folder, safe_serialization=True)
+    except (ValueError, OSError, RuntimeError) as e:
+        raise LengenError(f"lengen hf export: transformers cannot save this model: {' '.join(str(e).split())[:300]}") from None
+    finally:
+        config.rope_parameters, config.max_position_embeddings = saved
+        if gguf:
+            model.hf_quantizer = quantizer
+            if quantization is not None:
+                config.quantization_config = quantization
+
+
 #: run in a fresh interpreter: lengen made unimportable, the exported folder loaded by transformers
 _CHECK = r"""
 import json, sys, logging, warnings
@@ -269,14 +296,7 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     try:
-        config = model.config
-        saved = (config.rope_parameters, config.max_position_embeddings)
-        try:
-            config.rope_parameters = params
-            config.max_position_embeddings = _target_length(method, length)
-            model.save_pretrained(tmp, safe_serialization=True)
-        finally:
-            config.rope_parameters, config.max_position_embeddings = saved
+        _save(model, tmp, params, _target_length(method, length))
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         got, loaded = check_in_fresh_interpreter(tmp, ids.cpu())
@@ -289,7 +309,7 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
                               + ": not exported")
         record = {"spec": spec, "engine": "transformers", "rope_parameters": params,
                   "max_position_embeddings": _target_length(method, length), "train_length": L0,
-                  "source": source, "lengen": __version__,
+                  "source": source, "lengen": __version__, "lengen_commit": git_commit(),
                   "verified": {"what": "logits of the exported folder in a fresh interpreter without lengen, "
                                        "against lengen.hf.extend on the source model",
                                "tokens": n, "max_abs_diff": diff, "transformers": loaded["transformers"],
