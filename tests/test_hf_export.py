@@ -117,22 +117,79 @@ def test_plain_transformers_without_lengen_gives_lengen_s_extended_logits(tiny, 
     assert record["verified"]["tokens"] == L0 + L0 // 4 and record["verified"]["max_abs_diff"] < 1e-4
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite"])
-def test_a_family_with_nope_layers_or_multipliers_exports_too(family, tmp_path):
-    model = tiny_family(family)
-    source = tmp_path / "source"
-    model.save_pretrained(source)
-    out = tmp_path / "export"
-    ex.export(model, "yarn:factor=2", out)
-    ids = torch.randint(0, 100, (1, 80), generator=torch.Generator().manual_seed(2))   # L0 32: 2.5x
-    plain, seen = load_plain(out, ids, tmp_path)
-    assert seen["warnings"] == []
-    torch.testing.assert_close(plain, lengen_logits(source, "yarn:factor=2", ids), rtol=1e-5, atol=1e-5)
+LONGROPE = "longrope:short_factor=1/1/1/1/1/1/1/1,long_factor=1/1/1.5/2/3/4/6/8,factor=2"
+#: every family lengen.hf extends whose export transformers runs as lengen does, and a method
+#: (Phi-3's config takes longrope only); the hybrids' L0 is 32 (hf_families.TRAIN)
+FAMILY_CASES = {"mistral": "yarn:factor=2", "qwen2": "pi:factor=2", "qwen3": "llama3:factor=2",
+                "phi3": LONGROPE, "smollm3": "yarn:factor=2", "granite": "yarn:factor=2",
+                "olmo2": "dynamic:factor=2", "qwen3_moe": "ntk:factor=2", "gemma3": "yarn:factor=2",
+                "olmo3": "llama3:factor=2"}
 
 
-def test_a_hybrid_model_with_sliding_layers_is_refused(tmp_path):
-    with pytest.raises(Exception, match="sliding"):
-        ex.export(tiny_family("gemma2"), "yarn:factor=2", tmp_path / "out")
+def family_model(name: str):
+    """A tiny random model of a family: the hybrids from hf_families, the Llama-layout types from
+    transformers' own config class with the same sizes."""
+    if name in ("mistral", "qwen2", "qwen3", "phi3"):
+        from hf_families import COMMON
+
+        torch.manual_seed(0)
+        config = transformers.AutoConfig.for_model(name, **COMMON)
+        config.sliding_window = None
+        return transformers.AutoModelForCausalLM.from_config(config).eval()
+    return tiny_family(name)
+
+
+LOAD_MANY = textwrap.dedent("""
+    import json, sys
+    sys.modules["lengen"] = None
+    import torch, transformers
+    folders, ids, out = json.loads(sys.argv[1]), torch.tensor([json.loads(sys.argv[2])]), sys.argv[3]
+    logits = {}
+    with torch.no_grad():
+        for name, folder in folders.items():
+            model = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+            logits[name] = model(ids).logits
+    torch.save(logits, out)
+""")
+
+
+@pytest.fixture(scope="module")
+def family_exports(tmp_path_factory):
+    """Each family's export and lengen.hf.extend's logits on the same ids (2.5x L0), and what a
+    fresh interpreter without lengen computes from each exported folder (one process for all)."""
+    root = tmp_path_factory.mktemp("families")
+    ids = torch.randint(0, 100, (1, 80), generator=torch.Generator().manual_seed(2))
+    folders, expected = {}, {}
+    for name, spec in FAMILY_CASES.items():
+        model = family_model(name)
+        extend(model, spec)
+        with torch.no_grad():
+            expected[name] = model(ids).logits
+        restore(model)
+        folders[name] = str(root / name)
+        ex.export(model, spec, folders[name])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-I", "-c", LOAD_MANY, json.dumps(folders), json.dumps(ids[0].tolist()),
+                           str(root / "plain.pt")], capture_output=True, text=True, cwd=root, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return expected, torch.load(root / "plain.pt")
+
+
+@pytest.mark.parametrize("family", list(FAMILY_CASES))
+def test_every_exportable_family_loads_in_plain_transformers_as_lengen_extends_it(family, family_exports):
+    expected, plain = family_exports
+    # the hybrids were built with eager attention, plain transformers loads sdpa: ~1e-6 apart
+    torch.testing.assert_close(plain[family], expected[family], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family, spec, says", [
+    ("gemma2", "yarn:factor=2", "sharing the model's rotary table"),   # sliding layers: one table
+    ("llama4", "yarn:factor=2", "interleaved"),
+    ("phi3", "yarn:factor=2", "config does not take these rope_parameters"),
+])
+def test_a_family_transformers_would_run_otherwise_is_refused(family, spec, says, tmp_path):
+    with pytest.raises(Exception, match=says):
+        ex.export(family_model(family), spec, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -12,6 +12,7 @@ trained length are compared with `lengen.hf.extend`'s on the source model. The f
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -173,14 +174,51 @@ def _plan(model, spec: str, options: dict, train_length: int | None):
                           f"({', '.join(parts.config_methods) or parts.required_method}); export starts "
                           "from plain RoPE")
     L0 = int(train_length or parts.original_length or parts.max_positions)
-    if any(layer.kind in ("sliding", "chunked") for layer in parts.layers) or len(parts.tables) > 1:
+    if parts.layout != "half":
+        raise LengenError(f"lengen hf export: {parts.model_type} rotates interleaved channel pairs; its "
+                          "export is not checked yet (extend it in Python instead)")
+    # transformers applies a rotary table's rope_parameters to every layer reading it: a table may
+    # take the method only if lengen extends every RoPE layer of it (sliding layers whose window
+    # reaches past L0 included), and leaves alone one lengen extends in none of them
+    extended = {}
+    for layer in parts.layers:
+        if layer.kind != "nope":
+            extended.setdefault(layer.table, set()).add(layer.extended(L0))
+    mixed = sorted(k or "the model's" for k, seen in extended.items() if len(seen) > 1)
+    if mixed:
         kinds = sorted({layer.kind for layer in parts.layers})
-        raise LengenError(f"lengen hf export: {parts.model_type} has {', '.join(kinds)} layers; transformers "
-                          "applies rope_parameters to every layer of a rotary table, where lengen.hf extends "
-                          "only the global ones: not exportable yet (extend it in Python instead)")
-    method, spec = build(spec, options, parts.head_dim, parts.rope_base, L0)
+        raise LengenError(f"lengen hf export: {parts.model_type} has {', '.join(kinds)} layers sharing "
+                          f"{', '.join(mixed)} rotary table; transformers would apply the rope parameters "
+                          "to all of them, where lengen.hf extends only some: not exportable (extend it in "
+                          "Python instead)")
+    touched = [key for key, seen in extended.items() if seen == {True}]
     old = getattr(model.config, "rope_parameters", None) or {}
-    return method, spec, rope_parameters(method, old if isinstance(old, dict) else {}), L0
+    old = old if isinstance(old, dict) else {}
+    built = {}
+    for key in touched:
+        built[key], spec_out = build(spec, options, parts.head_dim, parts.tables[key].base, L0)
+    method = built[touched[0]]
+    if touched == [""]:
+        params = rope_parameters(method, old)
+    else:   # one rope_parameters per layer type (Gemma 3, OLMo 3): only the extended types change
+        params = {key: (rope_parameters(built[key], old.get(key, {})) if key in built else old[key])
+                  for key in old}
+    _check_config(model.config, params, spec_out)
+    return method, spec_out, params, L0
+
+
+def _check_config(config, params: dict, spec: str) -> None:
+    """transformers' own validation of the new rope_parameters on a copy of the config (Phi-3's,
+    say, takes longrope only), before any work."""
+    trial = copy.deepcopy(config)
+    try:
+        trial.rope_parameters = params
+        if hasattr(trial, "validate"):
+            trial.validate()
+    except Exception as e:   # noqa: BLE001 - the config class's validator: any error is a refusal
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        raise LengenError(f"lengen hf export: {spec!r}: transformers' {config.model_type} config does not "
+                          f"take these rope_parameters: {reason}") from None
 
 
 def check_out(out: Path, spec: str, fingerprint: str) -> bool:
@@ -209,9 +247,13 @@ def _save(model, folder: Path, params: dict, max_positions: int) -> None:
     method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
     gguf = quantizer is not None and str(getattr(method, "value", method)) == "gguf"
     saved = (config.rope_parameters, config.max_position_embeddings)
+    # Phi-3 keeps its pretraining length beside rope_parameters, and transformers reads it first
+    original = getattr(config, "original_max_position_embeddings", None)
     quantization = config.__dict__.pop("quantization_config", None) if gguf else None
     try:
         config.rope_parameters, config.max_position_embeddings = params, max_positions
+        if original is not None and "original_max_position_embeddings" in params:
+            config.original_max_position_embeddings = params["original_max_position_embeddings"]
         if gguf:
             model.hf_quantizer = None
         model.save_pretrained(folder, safe_serialization=True)
@@ -219,6 +261,8 @@ def _save(model, folder: Path, params: dict, max_positions: int) -> None:
         raise LengenError(f"lengen hf export: transformers cannot save this model: {' '.join(str(e).split())[:300]}") from None
     finally:
         config.rope_parameters, config.max_position_embeddings = saved
+        if original is not None:
+            config.original_max_position_embeddings = original
         if gguf:
             model.hf_quantizer = quantizer
             if quantization is not None:
