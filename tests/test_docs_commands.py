@@ -7,6 +7,7 @@ import functools
 import io
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import pytest
 from lengen.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from build_docs import doc_pages  # noqa: E402
+
 #: the README and every page of the docs site (docs/ and its section folders; docs/data/ is results)
-PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md")
-                                     if p.relative_to(ROOT / "docs").parts[0] != "data")]
+PAGES = [ROOT / "README.md", *doc_pages(ROOT / "docs")]
 FENCE = re.compile(r"^\s*```(\w*)[^\n]*\n(.*?)^\s*```", re.S | re.M)
 
 

@@ -14,8 +14,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "scripts" / "build_docs.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+from build_docs import doc_pages  # noqa: E402
+
 #: every page of the docs site (section folders included; docs/data/ holds results, not pages)
-PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md") if p.relative_to(ROOT / "docs").parts[0] != "data")
+PAGES = doc_pages(ROOT / "docs")
 
 
 def check(docs: Path = ROOT / "docs", data: Path = ROOT / "docs" / "data", only: str | None = None

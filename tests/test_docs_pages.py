@@ -4,13 +4,17 @@ and files of the site itself, and stay short enough to read (results pages and t
 reference excepted). Dated history belongs in docs/engineering/."""
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted(p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).parts[0] != "data")
+sys.path.insert(0, str(ROOT / "scripts"))
+from build_docs import doc_pages  # noqa: E402
+
+PAGES = doc_pages(DOCS)
 #: the engineering notes: dated GPU logs, debugging histories, time accounting (not user pages)
 ENGINEERING = "engineering"
 USER_PAGES = [p for p in PAGES if p.relative_to(DOCS).parts[0] != ENGINEERING]

@@ -86,8 +86,8 @@ def by_ramp(ramp):
     return [t * (1 - r) + t / 4 * r for t, r in zip(THETA, ramp)]
 
 
-# (frequencies, attention factor, log-n?) worked out by hand from the formulas in
-# shared/reference/training_free.md for ROPE (d = 16, b = 1e4, L0 = 16) and 30 tokens.
+# (frequencies, attention factor, log-n?) worked out by hand from the methods' papers' formulas
+# (docs/training_free.md, "Formulas as implemented") for ROPE (d = 16, b = 1e4, L0 = 16) and 30 tokens.
 HAND = {
     "rope": (THETA, 1.0, False),
     # yarn, L0 = 16: dim(32) = 16 ln(16 / 64pi) / (2 ln 1e4) = -2.198 -> floor -3 -> clamp 0,

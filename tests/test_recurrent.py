@@ -1,6 +1,6 @@
 """The CHE benchmark's recurrent baselines (RNN, LSTM, Stack-RNN, Tape-RNN): memory updates against
 hand-computed examples, every model against a naive step-by-step version of the reference
-equations (../shared/reference/che_baselines.md) written here, gradients, learning, and their
+equations (Deletang et al. 2023, arXiv 2207.02098) written here, gradients, learning, and their
 place in the command line, sweeps, run ids and reports."""
 
 import hashlib

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lengen.cli.options import set_threads
-from lengen.extrapolation import parse_spec, split_methods
+from lengen.extrapolation import split_methods
 from lengen.errors import LengenError
 from lengen.hf import describe
 from lengen.hf import exporting as ex
@@ -45,9 +45,7 @@ def run_export(args) -> int:
     if missing:
         raise LengenError(f"lengen hf export: give {' and '.join(missing)} (or --list)")
     check_train_length(args.train_length)
-    for name, _ in parse_spec(args.method):   # an unexportable method: refused before anything loads
-        if "transformers" not in ex.SUPPORT.get(name, {}):
-            raise LengenError(f"lengen hf export: {args.method!r}: " + ex.refusal(name))
+    ex.check_exportable(args.method)   # before anything loads
     config = read_config(args.model_path, args.gguf_file)
     ex.check_causal_lm(config, args.model_path)
     settings = EvalSettings(model_path=args.model_path, gguf_file=args.gguf_file, methods=["rope"],
@@ -55,8 +53,9 @@ def run_export(args) -> int:
     tokenizer = load_tokenizer(settings)
     fingerprint = model_fingerprint(args.model_path, args.gguf_file)
     out = Path(args.out)
-    if out.exists():   # refused (or found done) before the model loads
-        ex.check_out(out, spec_with_options(args.method, {}), fingerprint)
+    if ex.check_out(out, spec_with_options(args.method, {}), fingerprint):   # before the model loads
+        print(f"{out} already holds this export ({ex.RECORD}); nothing to do")
+        return 0
     model, tokenizer = load(settings, tokenizer)
     record = ex.export(model, args.method, out, tokenizer, length=args.length, train_length=args.train_length,
                        check_length=args.check_length,

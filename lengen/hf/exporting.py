@@ -100,7 +100,7 @@ def support_matrix() -> str:
 def refusal(name: str) -> str:
     """Why `name` cannot be exported: which engines run it, or that none does."""
     engines = SUPPORT.get(name, {})
-    served = ", ".join(f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if e)
+    served = ", ".join(f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if "transformers" in e)
     if engines:
         return (f"{name} runs natively in {', '.join(engines)}, but lengen exports only for transformers "
                 f"so far; exportable: {served}")
@@ -157,17 +157,22 @@ def _target_length(method, length: int | None) -> int:
     return int(round(L0 * float(getattr(method, "factor", 1.0) or 1.0)))
 
 
-def _plan(model, spec: str, options: dict, train_length: int | None):
-    """(method, spec string, new config rope_parameters, L0), or a LengenError saying why the
-    model and spec cannot be exported."""
-    parsed = parse_spec(spec)
-    names = [name for name, _ in parsed]
+def check_exportable(spec: str) -> None:
+    """Refuse a spec no export can hold (before any model is loaded): a method transformers does
+    not run, or a combination (a config holds one rope scaling)."""
+    names = [name for name, _ in parse_spec(spec)]
     for name in names:
         if "transformers" not in SUPPORT.get(name, {}):
             raise LengenError(f"lengen hf export: {spec!r}: " + refusal(name))
     if len(names) != 1:
         raise LengenError(f"lengen hf export: {spec!r} combines {' + '.join(names)}; an engine's config "
                           "holds one rope scaling")
+
+
+def _plan(model, spec: str, options: dict, train_length: int | None):
+    """(method, spec string, new config rope_parameters, L0), or a LengenError saying why the
+    model and spec cannot be exported."""
+    check_exportable(spec)
     parts = inspect_model(model, require_attention=False)
     if parts.required_method or parts.config_methods:
         raise LengenError("lengen hf export: the model's config already asks for a method "
@@ -221,8 +226,10 @@ def _check_config(config, params: dict, spec: str) -> None:
                           f"take these rope_parameters: {reason}") from None
 
 
-def check_out(out: Path, spec: str, fingerprint: str) -> bool:
-    """True when `out` already holds this export (nothing to do); refuse any other folder there."""
+def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
+    """True when `out` already holds this export (nothing to do); refuse any other folder there.
+    Without the source's fingerprint (a model passed from Python) no folder can be shown to hold
+    the same export, so an existing one is refused."""
     if not out.exists():
         return False
     record = out / RECORD
@@ -231,7 +238,8 @@ def check_out(out: Path, spec: str, fingerprint: str) -> bool:
     except (OSError, ValueError):
         raise LengenError(f"lengen hf export: {out} exists and is not a lengen export (no readable "
                           f"{RECORD}); choose another --out") from None
-    if earlier.get("spec") == spec and earlier.get("source", {}).get("fingerprint") == fingerprint:
+    if fingerprint is not None and earlier.get("spec") == spec \
+            and earlier.get("source", {}).get("fingerprint") == fingerprint:
         return True
     raise LengenError(f"lengen hf export: {out} holds another export ({earlier.get('spec')!r} of "
                       f"{earlier.get('source', {}).get('fingerprint')}); choose another --out")
@@ -322,12 +330,14 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
 
     `length`: max_position_embeddings of the export (default: L0 x the factor); `check_length`:
     the tokens of the checking sequence (default: L0 + L0 / 4, past the trained length; the whole
-    model runs twice on it). `source`: what the model was loaded from ({"path", "fingerprint"})."""
+    model runs twice on it). `source`: what the model was loaded from ({"path", "fingerprint"}); with
+its fingerprint, an `out` that already holds this export is returned as it is (else refused)."""
     out = Path(out)
     method, spec, params, L0 = _plan(model, spec, options, train_length)
     source = source or {"path": None, "fingerprint": None}
     if check_out(out, spec, source.get("fingerprint")):
         return io.read_json(out / RECORD)
+    max_positions = _target_length(method, length)
     n = int(check_length or L0 + max(L0 // 4, 1))
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
@@ -340,7 +350,7 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     try:
-        _save(model, tmp, params, _target_length(method, length))
+        _save(model, tmp, params, max_positions)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         got, loaded = check_in_fresh_interpreter(tmp, ids.cpu())
@@ -352,7 +362,7 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
                               + (f"; transformers warned: {loaded['warnings'][0]}" if loaded["warnings"] else "")
                               + ": not exported")
         record = {"spec": spec, "engine": "transformers", "rope_parameters": params,
-                  "max_position_embeddings": _target_length(method, length), "train_length": L0,
+                  "max_position_embeddings": max_positions, "train_length": L0,
                   "source": source, "lengen": __version__, "lengen_commit": git_commit(),
                   "verified": {"what": "logits of the exported folder in a fresh interpreter without lengen, "
                                        "against lengen.hf.extend on the source model",

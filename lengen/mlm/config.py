@@ -1,5 +1,5 @@
 """The configuration of one masked-LM run, saved as config.json in its run directory. Defaults
-follow su_mlm.md section B (4 x 128 pre-LN encoder with RoPE, training length 64, batch 32,
+follow Su's protocol (docs/mlm.md) (4 x 128 pre-LN encoder with RoPE, training length 64, batch 32,
 lr 1e-3, 500 warmup steps, 10,000 steps, 15% BERT masking)."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class MLMEvalConfig:
     lengths: list[int] = field(default_factory=list)         # empty: 1, 2, 4, 8 x the training length
     test_positions: list[str] = field(default_factory=list)  # empty: random+uniform for randomized, else standard
     log_n: str = "both"         # off | on | both: log-n scaled attention at test time
-    windows: int = 64           # validation windows per length (su_mlm.md B: 1,000)
+    windows: int = 64           # validation windows per length (Su's protocol: 1,000)
     batch_size: int = 16        # windows per forward pass
     seed: int = EVAL_SEED       # windows, masks and test positions
     unigram: bool = True        # add the unigram baseline's rows

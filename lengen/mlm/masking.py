@@ -1,4 +1,4 @@
-"""BERT masking (Devlin et al. 2019), as in docs/mlm.md and su_mlm.md section B:
+"""BERT masking (Devlin et al. 2019), as in docs/mlm.md (Su's protocol):
 
   * per sequence, exactly k = round(rate * T) positions (half rounds up, at least 1) are chosen
     uniformly without replacement (not a Bernoulli draw per token: every window of a length

@@ -1,5 +1,5 @@
 """The report of a masked-LM sweep (`command: mlm`): the table of docs/results/su2023-mlm.md (Su's
-experiment, su_mlm.md part B) from the sweep's runs, as Markdown, a long CSV, a figure and one
+experiment, its protocol in docs/mlm.md) from the sweep's runs, as Markdown, a long CSV, a figure and one
 offline HTML page.
 
 Rows: a *variant* (the training positions and every other option that varies between runs of the

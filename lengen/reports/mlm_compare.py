@@ -97,7 +97,7 @@ def _gain(lv: pd.DataFrame, variant: str, test: str, length: int) -> dict:
 
 
 def su_hypotheses(runs: pd.DataFrame, values: pd.DataFrame, length: int | None = None) -> pd.DataFrame:
-    """Su's H1-H5 (su_mlm.md part B) at `length` (default the longest): one line per comparison,
+    """Su's H1-H5 (docs/mlm.md, "Su's claims") at `length` (default the longest): one line per comparison,
     hypothesis, comparison (A vs B, the claim being A > B), n, difference (A - B, accuracy
     points), low, high, verdict and Su's claim (holds / the opposite holds / within noise / not
     shown). Comparisons whose rows did not run are left out."""

@@ -8,7 +8,7 @@ from lengen.cli.parsers.common import add_device_arguments, add_logit_scale_argu
 
 
 TRAIN_EPILOG = """examples:
-  # su_mlm.md section B defaults: 4 x 128 pre-LN RoPE encoder, windows of 64 bytes, 15% BERT masking
+  # the defaults of Su's protocol (docs/mlm.md): 4 x 128 pre-LN RoPE encoder, windows of 64 bytes, 15% BERT masking
   lengen mlm train --out runs/mlm-std
   # randomized positions (Ruoss): sorted distinct integers from [0, 2048)
   lengen mlm train --positions randomized --out runs/mlm-rand
