@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lengen.errors import LengenError
 from lengen.sweeps.sweep_dir import SweepDir
 
 CLI = [sys.executable, "-c", "import sys; from lengen.cli import main; sys.exit(main())"]
@@ -122,6 +123,45 @@ def test_a_stale_runner_lock_is_taken_over(tmp_path):
     assert done.returncode == 0, done.stderr
     trained_once(out)
     assert SweepDir(out).runner() is None and "999999" not in (out / SweepDir.RUNNER).read_text()
+
+
+def test_a_runner_killed_before_its_run_list_leaves_a_folder_a_rerun_takes(tmp_path):
+    """Killed after the lock and sweep.yaml (and an atomic-write temporary) but before sweep.json:
+    the folder is this sweep's beginning, not a foreign folder."""
+    spec, out = spec_file(tmp_path, steps=20), tmp_path / "out"
+    out.mkdir()
+    (out / SweepDir.RUNNER).write_text("pid 999999 on elsewhere since 2026-01-01T00:00:00\n")
+    (out / SweepDir.SPEC).write_text(spec.read_text())
+    (out / ".sweep.json.abc123.tmp").write_text("{")
+    done = subprocess.run(sweep_cmd(spec, out, "--workers", "1"), env=ENV, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    trained_once(out)
+
+
+def test_a_new_folder_held_by_a_runner_names_the_runner_not_a_foreign_folder(tmp_path):
+    """The moment between another runner's sweep.yaml and its sweep.json (the race the
+    two-runner test hit): the refusal names the holder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'pid 4242 on here since now'); "
+        "print('held', flush=True); time.sleep(60)"), str(out / SweepDir.RUNNER)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (out / SweepDir.SPEC).write_text("name: t\n")
+        (out / "notes.txt").write_text("a file no runner writes")   # even beside a foreign file
+        with pytest.raises(LengenError, match=r"being run by another .*\(pid 4242 on here since now\)"):
+            SweepDir(out).check_writable()
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(LengenError, match="not empty and holds no lengen sweep"):
+        SweepDir(out).check_writable()   # the holder gone, the foreign file is refused
+    (out / "notes.txt").unlink()
+    SweepDir(out).check_writable()   # lock and sweep file alone: a killed runner's beginning
 
 
 def test_a_deleted_runner_lock_still_trains_every_run_once(tmp_path):

@@ -129,7 +129,7 @@ def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
 
 def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     runs, sweep, devices, workers, threads = plan.runs, plan.sweep, plan.devices, plan.workers, plan.threads
-    sweep.check_writable()   # again, now that no other runner can change the folder
+    sweep.check_writable(claimed=True)   # again, now that no other runner can change the folder
     kept = sweep.write_index(spec, runs)
     adopted = sweep.adopt(SweepDir(opts.reuse), [r.run_id for r in runs]) if opts.reuse else []
     outside = sweep.outside(r.run_id for r in runs)

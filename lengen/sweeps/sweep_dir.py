@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 from lengen import io
@@ -66,13 +67,24 @@ class SweepDir:
     def exists(self) -> bool:
         return (self.path / self.INDEX).exists()
 
-    def check_writable(self) -> None:
-        """Refuse a folder that holds something other than a sweep, before any work."""
+    def check_writable(self, claimed: bool = False) -> None:
+        """Refuse a folder that holds something other than a sweep, before any work; `claimed`:
+        this process holds the runner lock (else a held lock is another runner, named)."""
         if self.path.exists() and not self.path.is_dir():
             raise LengenError(f"{self.path} exists and is not a directory")
-        # a runner that has just claimed a new folder has written only its lock so far
-        if self.path.is_dir() and not self.exists and any(p.name != self.RUNNER for p in self.path.iterdir()):
+        if not self.path.is_dir() or self.exists:
+            return
+        holder = None if claimed else self.runner()
+        if holder:   # another runner is creating this sweep: name it, not "not a sweep"
+            raise self.busy(holder)
+        if any(not self._ours(p.name) for p in self.path.iterdir()):
             raise LengenError(f"{self.path} is not empty and holds no lengen sweep; use another --out")
+
+    def _ours(self, name: str) -> bool:
+        """What a runner writes into a new folder before its run list (sweep.json) is there: its
+        lock, the sweep file, their atomic-write temporaries, and another command's write probe."""
+        return (name in (self.RUNNER, self.SPEC) or name.startswith(".lengen-write-test-")
+                or any(name.startswith(f".{n}.") and name.endswith(".tmp") for n in (self.SPEC, self.INDEX)))
 
     def claim_runner(self) -> "RunLock":
         """The folder's runner lock, held until released (or the process dies): one `lengen sweep
@@ -94,12 +106,18 @@ class SweepDir:
     def runner(self) -> str | None:
         """Who runs the sweep now ("pid N on HOST since T"), or None when no process does."""
         lock_file = self.path / self.RUNNER
-        if not is_locked(lock_file):
-            return None
-        try:
-            return lock_file.read_text().strip() or None
-        except OSError:
-            return None
+        deadline = time.monotonic() + 2.0
+        while is_locked(lock_file):
+            try:
+                text = lock_file.read_text().strip()
+            except OSError:
+                return None
+            if text:
+                return text
+            if time.monotonic() > deadline:
+                return "starting"
+            time.sleep(0.02)   # the holder writes its name just after taking the lock
+        return None
 
     def write_index(self, spec, runs) -> Path | None:
         """Write the sweep file and its run list. An index that differs from the one already
