@@ -7,6 +7,7 @@ functions); its config.json holds the keys written out by hand below, and transf
 none of them. Refusals are one line, exit 2, nothing written."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -218,7 +219,6 @@ def refused(argv, capsys) -> str:
     ("rerope:window=16", "no engine implements rerope"),
     ("yarn:factor=4+logn", "no engine implements logn"),
     ("self_extend", "self_extend runs natively in llama.cpp"),
-    ("dca", "dca runs natively in SGLang"),
 ])
 def test_a_method_no_export_serves_is_refused_naming_the_engines(tiny, spec, says, tmp_path, capsys):
     err = refused(["hf", "export", str(tiny), "--method", spec, "--out", str(tmp_path / "out")], capsys)
@@ -264,3 +264,83 @@ def test_the_list_is_the_table_and_the_table_has_every_method(capsys):
         for engine, how in engines.items():
             assert f"{method} in {engine}: {how}" in text
     assert rows["self_extend"] == ["-", "-", "-", "yes"] and rows["rerope"] == ["-"] * 4
+
+
+# vLLM's get_rope (and SGLang's, which follows it) by rope_type: the keys it reads from a model's
+# rope parameters, written out by hand from its source (vLLM 0.10/0.11, SGLang 0.5): an export
+# for transformers is also what these engines need when every key they read is there
+VLLM_READS = {"linear": {"factor"}, "default": set(), "dynamic": {"factor"},
+              "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow"},
+              "llama3": {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
+              "longrope": {"short_factor", "long_factor", "original_max_position_embeddings"}}
+
+
+@pytest.mark.parametrize("spec", list(EXPECTED))
+def test_each_exported_rope_type_holds_every_key_vllm_reads_for_it(spec):
+    params = EXPECTED[spec]   # what the export writes (checked against config.json above)
+    assert VLLM_READS[params["rope_type"]] <= set(params) and "rope_theta" in params
+    if params["rope_type"] == "yarn":   # vLLM multiplies its own 0.1 ln(factor) + 1 by attn_factor (1)
+        assert params["attention_factor"] == pytest.approx(0.1 * math.log(params["factor"]) + 1)
+
+
+#: Qwen2.5-7B-Instruct-1M's block as its config.json ships it (the model vLLM's DCA was written for)
+QWEN_1M_BLOCK = {"chunk_size": 262144, "local_size": 8192, "original_max_position_embeddings": 262144}
+
+
+def qwen2_model():
+    return family_model("qwen2")   # L0 = 32
+
+
+def test_dca_leaves_as_the_config_block_vllm_and_sglang_read(tmp_path):
+    model = qwen2_model()
+    ids = torch.randint(0, 100, (1, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        plain_rope = model(ids).logits   # DCA at chunk 24, local 8 (s = 16) is plain RoPE for 16 tokens
+    out = tmp_path / "dca"
+    record = ex.export(model, "dca:chunk_size=24,local_size=8,original_length=32", out, length=128)
+    config = json.loads((out / "config.json").read_text())
+    assert config["dual_chunk_attention_config"] == {"chunk_size": 24, "local_size": 8,
+                                                     "original_max_position_embeddings": 32}
+    assert config["max_position_embeddings"] == 128
+    assert config["rope_parameters"] == {"rope_type": "default", "rope_theta": 10000.0}   # unchanged
+    assert "dual_chunk_attention_config" not in model.config.__dict__   # the source config as it was
+    loaded, seen = load_plain(out, ids, tmp_path)
+    assert seen == {"lengen_importable": False, "warnings": []}
+    torch.testing.assert_close(loaded, plain_rope, rtol=1e-5, atol=1e-5)
+    assert record["engine"] == "vLLM, SGLang" and set(record["serve"]) == {"vLLM", "SGLang"}
+    assert "0.11.0" in record["serve"]["vLLM"] and record["verified"]["tokens"] == 16
+    assert ex.dca_schema_problem(config["dual_chunk_attention_config"]) is None
+
+
+@pytest.mark.parametrize("block, says", [
+    (QWEN_1M_BLOCK, None),
+    ({"chunk_size": 262144, "local_size": 8192}, "must hold exactly"),
+    ({**QWEN_1M_BLOCK, "local_size": 8192.0}, "must be a non-negative int"),
+    ({**QWEN_1M_BLOCK, "local_size": 262144}, "local_size must be below chunk_size"),
+    ({**QWEN_1M_BLOCK, "local_size": 8200}, "not a multiple of 16"),
+    ({**QWEN_1M_BLOCK, "local_size": 262144 - 16}, None),   # s = 16: one whole KV block
+])
+def test_the_dca_block_is_checked_against_vllm_s_schema(block, says):
+    problem = ex.dca_schema_problem(block)
+    assert problem is None if says is None else says in problem
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--method", "dca:chunk_size=24,local_size=8"], "give --length"),
+    (["--method", "dca:chunk_size=48,local_size=16+yarn:factor=2", "--length", "256"], "vLLM ignores rope scaling"),
+    (["--method", "dca:chunk_size=48,local_size=16", "--length", "256"], "in qwen2 models, not llama"),
+])
+def test_a_dca_export_vllm_would_not_run_is_refused(tiny, argv, says, tmp_path, capsys):
+    err = refused(["hf", "export", str(tiny), *argv, "--out", str(tmp_path / "out")], capsys)
+    assert says in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spec, options, says", [
+    ("dca", {}, "not a multiple of 16"),   # the defaults for L0 = 32: chunk 24, local 4
+    ("dca:chunk_size=40,local_size=8", {}, "must be <= 32"),
+    ("dca:chunk_size=24,local_size=8", {"check_length": 17}, "at most at chunk_size - local_size = 16"),
+])
+def test_a_dca_export_that_cannot_be_served_or_checked_is_refused(spec, options, says, tmp_path):
+    with pytest.raises(Exception, match=says):
+        ex.export(qwen2_model(), spec, tmp_path / "out", length=128, **options)
+    assert not (tmp_path / "out").exists()

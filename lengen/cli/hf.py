@@ -45,9 +45,10 @@ def run_export(args) -> int:
     if missing:
         raise LengenError(f"lengen hf export: give {' and '.join(missing)} (or --list)")
     check_train_length(args.train_length)
-    ex.check_exportable(args.method)   # before anything loads
+    ex.check_exportable(args.method, args.length)   # before anything loads
     config = read_config(args.model_path, args.gguf_file)
     ex.check_causal_lm(config, args.model_path)
+    ex.check_exportable(args.method, args.length, config.model_type)
     settings = EvalSettings(model_path=args.model_path, gguf_file=args.gguf_file, methods=["rope"],
                             lengths=[2], dtype=args.dtype)
     tokenizer = load_tokenizer(settings)
@@ -62,11 +63,14 @@ def run_export(args) -> int:
                        source={"path": str(Path(args.model_path).resolve()), "gguf_file": args.gguf_file,
                                "fingerprint": fingerprint})
     check = record["verified"]
-    print(f"wrote {out}: {record['spec']} as transformers rope_parameters {record['rope_parameters']}, "
-          f"max_position_embeddings {record['max_position_embeddings']}"
-          + (" (weights dequantized from the GGUF file)" if args.gguf_file else ""))
+    written = (f"{ex.DCA_KEY} {record[ex.DCA_KEY]} for {record['engine']}" if ex.DCA_KEY in record
+               else f"transformers rope_parameters {record['rope_parameters']}")
+    print(f"wrote {out}: {record['spec']} as {written}, max_position_embeddings "
+          f"{record['max_position_embeddings']}" + (" (weights dequantized from the GGUF file)" if args.gguf_file else ""))
     print(f"checked: plain transformers {check['transformers']} without lengen gives lengen.hf.extend's "
           f"logits at {check['tokens']} tokens (max |difference| {check['max_abs_diff']:.2g})")
+    for engine, how in record.get("serve", {}).items():
+        print(f"serve with {engine} {how}".replace("DIR", str(out)).replace("LENGTH", str(record["max_position_embeddings"])))
     return 0
 
 

@@ -62,8 +62,9 @@ SUPPORT: dict[str, dict[str, str]] = {
                                  "original_max_position_embeddings, attention_factor",
                  "vLLM": "rope_parameters: rope_type longrope", "SGLang": "rope_scaling: rope_type longrope",
                  "llama.cpp": "GGUF {arch}.rope.scaling.type longrope, rope_factors_long/short tensors"},
-    "dca": {"SGLang": "dual_chunk_attention_config: chunk_size, local_size (backend dual_chunk_flash_attn; "
-                      "its removal is proposed)"},
+    "dca": {"vLLM": "dual_chunk_attention_config: chunk_size, local_size, original_max_position_embeddings "
+                    "(Qwen2; vLLM 0.8.5 to 0.10.x, VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN)",
+            "SGLang": "dual_chunk_attention_config, as vLLM (Qwen2; --attention-backend dual_chunk_flash_attn)"},
     "self_extend": {"llama.cpp": "llama-completion --grp-attn-n G --grp-attn-w W (not llama-server)"},
     "rerope": {}, "leaky_rerope": {}, "string": {}, "lambda": {}, "sinks": {}, "logn": {},
 }
@@ -71,11 +72,25 @@ SUPPORT: dict[str, dict[str, str]] = {
 NOT_THE_SAME = {
     "dynamic": "vLLM's and SGLang's rope_type dynamic fixes the base once at start-up: not transformers' "
                "per-sequence dynamic NTK; llama.cpp has no dynamic NTK",
-    "dca": "vLLM still parses dual_chunk_attention_config, but the attention backend that ran it was "
-           "removed in v0.11.0",
+    "dca": "vLLM 0.11.0 and later still read dual_chunk_attention_config (its rotary embedding) but "
+           "removed the attention backend that ran DCA: serve a DCA export with vLLM 0.10.x or SGLang; "
+           "transformers has no DCA (it loads the folder as plain RoPE)",
+    "yarn": "vLLM and SGLang read attn_factor, a multiplier of their own 0.1 ln(factor) + 1, not "
+            "transformers' attention_factor: the same model at the default attention factor only",
     "logn": "Llama 4's attention temperature tuning (transformers, vLLM, SGLang) scales NoPE layers "
             "with another formula; Qwen's use_logn_attn is remote code only",
 }
+#: DCA leaves lengen as the config block vLLM and SGLang read (Qwen2.5-1M's), for the families
+#: whose model code in those engines reads it; the block's keys and types (vLLM's
+#: DualChunkRotaryEmbedding takes chunk_size and local_size, its DCA attention backend
+#: original_max_position_embeddings for the temperature; 0 = none)
+DCA_KEY = "dual_chunk_attention_config"
+DCA_FAMILIES = ("qwen2",)
+DCA_SCHEMA = {"chunk_size": int, "local_size": int, "original_max_position_embeddings": int}
+DCA_ENGINES = {"vLLM": ">= 0.8.5, < 0.11.0: VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN VLLM_USE_V1=0 vllm serve "
+                       "DIR --enforce-eager --max-model-len LENGTH",
+               "SGLang": "python -m sglang.launch_server --model-path DIR --attention-backend "
+                         "dual_chunk_flash_attn --context-length LENGTH"}
 #: the rope type each method's settings are written as, and its option -> key names
 _TYPES = {"pi": "linear", "ntk": "default", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3",
           "longrope": "longrope"}
@@ -92,15 +107,17 @@ def support_matrix() -> str:
     lines.append("")
     lines += [f"{method} in {engine}: {how}" for method, engines in SUPPORT.items() for engine, how in engines.items()]
     lines.append("")
-    lines += [f"{method}, not listed: {why}" for method, why in NOT_THE_SAME.items()]
-    lines.append("`lengen hf export` writes the transformers column (a model folder) and checks it.")
+    lines += [f"{method}, beware: {why}" for method, why in NOT_THE_SAME.items()]
+    lines.append("`lengen hf export` writes the transformers column (a model folder) and checks it, and "
+                 f"dca as the {DCA_KEY} of vLLM and SGLang ({', '.join(DCA_FAMILIES)}).")
     return "\n".join(lines)
 
 
 def refusal(name: str) -> str:
     """Why `name` cannot be exported: which engines run it, or that none does."""
     engines = SUPPORT.get(name, {})
-    served = ", ".join(f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if "transformers" in e)
+    served = ", ".join([f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if "transformers" in e]
+                       + [f"dca ({', '.join(DCA_ENGINES)}: {', '.join(DCA_FAMILIES)})"])
     if engines:
         return (f"{name} runs natively in {', '.join(engines)}, but lengen exports only for transformers "
                 f"so far; exportable: {served}")
@@ -157,23 +174,30 @@ def _target_length(method, length: int | None) -> int:
     return int(round(L0 * float(getattr(method, "factor", 1.0) or 1.0)))
 
 
-def check_exportable(spec: str) -> None:
+def check_exportable(spec: str, length: int | None = None, model_type: str | None = None) -> None:
     """Refuse a spec no export can hold (before any model is loaded): a method transformers does
-    not run, or a combination (a config holds one rope scaling)."""
+    not run (DCA aside: its engines' config block), a combination (a config holds one rope
+    scaling), DCA without the `length` to serve or on a family its engines do not run it for."""
     names = [name for name, _ in parse_spec(spec)]
     for name in names:
-        if "transformers" not in SUPPORT.get(name, {}):
+        if "transformers" not in SUPPORT.get(name, {}) and name != "dca":
             raise LengenError(f"lengen hf export: {spec!r}: " + refusal(name))
     if len(names) != 1:
         raise LengenError(f"lengen hf export: {spec!r} combines {' + '.join(names)}; an engine's config "
-                          "holds one rope scaling")
+                          "holds one rope scaling" + (" (vLLM ignores rope scaling under DCA)" if "dca" in names else ""))
+    if names == ["dca"] and model_type is not None and model_type not in DCA_FAMILIES:
+        raise LengenError(f"lengen hf export: dca: vLLM and SGLang read {DCA_KEY} in "
+                          f"{', '.join(DCA_FAMILIES)} models, not {model_type}")
+    if names == ["dca"] and length is None:
+        raise LengenError(f"lengen hf export: {spec!r}: DCA has no factor to size the context by: give "
+                          "--length (the max_position_embeddings to serve, e.g. 4x the trained length)")
 
 
-def _plan(model, spec: str, options: dict, train_length: int | None):
-    """(method, spec string, new config rope_parameters, L0), or a LengenError saying why the
-    model and spec cannot be exported."""
-    check_exportable(spec)
+def _plan(model, spec: str, options: dict, train_length: int | None, length: int | None = None):
+    """(method, spec string, the config attributes the export sets, L0), or a LengenError saying
+    why the model and spec cannot be exported."""
     parts = inspect_model(model, require_attention=False)
+    check_exportable(spec, length, parts.model_type)
     if parts.required_method or parts.config_methods:
         raise LengenError("lengen hf export: the model's config already asks for a method "
                           f"({', '.join(parts.config_methods) or parts.required_method}); export starts "
@@ -182,6 +206,8 @@ def _plan(model, spec: str, options: dict, train_length: int | None):
     if parts.layout != "half":
         raise LengenError(f"lengen hf export: {parts.model_type} rotates interleaved channel pairs; its "
                           "export is not checked yet (extend it in Python instead)")
+    if parse_spec(spec)[0][0] == "dca":
+        return _plan_dca(parts, spec, options, L0)
     # transformers applies a rotary table's rope_parameters to every layer reading it: a table may
     # take the method only if lengen extends every RoPE layer of it (sliding layers whose window
     # reaches past L0 included), and leaves alone one lengen extends in none of them
@@ -209,7 +235,48 @@ def _plan(model, spec: str, options: dict, train_length: int | None):
         params = {key: (rope_parameters(built[key], old.get(key, {})) if key in built else old[key])
                   for key in old}
     _check_config(model.config, params, spec_out)
-    return method, spec_out, params, L0
+    updates = {"rope_parameters": params}
+    # Phi-3 keeps its pretraining length beside rope_parameters, and transformers reads it first
+    if getattr(model.config, "original_max_position_embeddings", None) is not None \
+            and "original_max_position_embeddings" in params:
+        updates["original_max_position_embeddings"] = params["original_max_position_embeddings"]
+    return method, spec_out, updates, L0
+
+
+def _plan_dca(parts, spec: str, options: dict, L0: int):
+    """DCA's plan: the dual_chunk_attention_config block vLLM and SGLang read (rope_parameters
+    unchanged: vLLM ignores rope scaling under DCA)."""
+    try:
+        method, spec_out = build(spec, options, parts.head_dim, parts.tables[""].base, L0)
+    except ValueError as e:
+        raise LengenError(f"lengen hf export: {spec!r}: {e}") from None
+    problem = method.window_problem()
+    if problem:
+        raise LengenError(f"lengen hf export: {spec_out!r}: {problem}")
+    block = {"chunk_size": method.chunk_size, "local_size": method.local_size,
+             "original_max_position_embeddings": method.original_length}
+    problem = dca_schema_problem(block)
+    if problem:
+        raise LengenError(f"lengen hf export: {spec_out!r}: {problem}")
+    return method, spec_out, {DCA_KEY: block}, L0
+
+
+def dca_schema_problem(block) -> str | None:
+    """What vLLM's DCA would reject or misread in a dual_chunk_attention_config block, or None:
+    its keys and types, 0 <= local_size < chunk_size, and chunks whole in KV-cache blocks of 16
+    (vLLM's DCA backend cuts the cache at chunk_size - local_size)."""
+    if not isinstance(block, dict) or set(block) != set(DCA_SCHEMA):
+        return f"{DCA_KEY} must hold exactly {', '.join(DCA_SCHEMA)}"
+    for key, kind in DCA_SCHEMA.items():
+        if type(block[key]) is not kind or block[key] < 0:
+            return f"{DCA_KEY}.{key} must be a non-negative {kind.__name__} (got {block[key]!r})"
+    s = block["chunk_size"] - block["local_size"]
+    if s <= 0:
+        return f"{DCA_KEY}: local_size must be below chunk_size"
+    if s % 16:
+        return (f"chunk_size - local_size = {s} is not a multiple of 16, vLLM's KV-cache block: "
+                "choose chunk_size and local_size so that it is")
+    return None
 
 
 def _check_config(config, params: dict, spec: str) -> None:
@@ -245,32 +312,34 @@ def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
                       f"{earlier.get('source', {}).get('fingerprint')}); choose another --out")
 
 
-def _save(model, folder: Path, params: dict, max_positions: int) -> None:
-    """save_pretrained with the export's config; the model's own config is left as it was. A model
-    loaded from a GGUF file holds dequantized weights, but transformers still marks it quantized
-    (and refuses to save it): the mark is lifted for the save, so the weights are written as the
-    plain tensors they are."""
+def _save(model, folder: Path, updates: dict, max_positions: int) -> None:
+    """save_pretrained with the export's config (`updates`: config attribute -> value); the
+    model's own config is left as it was. A model loaded from a GGUF file holds dequantized
+    weights, but transformers still marks it quantized (and refuses to save it): the mark is
+    lifted for the save, so the weights are written as the plain tensors they are."""
     config = model.config
     quantizer = getattr(model, "hf_quantizer", None)
     method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
     gguf = quantizer is not None and str(getattr(method, "value", method)) == "gguf"
-    saved = (config.rope_parameters, config.max_position_embeddings)
-    # Phi-3 keeps its pretraining length beside rope_parameters, and transformers reads it first
-    original = getattr(config, "original_max_position_embeddings", None)
+    updates = {**updates, "max_position_embeddings": max_positions}
+    missing = object()
+    saved = {key: config.__dict__.get(key, missing) if key == DCA_KEY else getattr(config, key)
+             for key in updates}
     quantization = config.__dict__.pop("quantization_config", None) if gguf else None
     try:
-        config.rope_parameters, config.max_position_embeddings = params, max_positions
-        if original is not None and "original_max_position_embeddings" in params:
-            config.original_max_position_embeddings = params["original_max_position_embeddings"]
+        for key, value in updates.items():
+            setattr(config, key, value)
         if gguf:
             model.hf_quantizer = None
         model.save_pretrained(folder, safe_serialization=True)
     except (ValueError, OSError, RuntimeError) as e:
         raise LengenError(f"lengen hf export: transformers cannot save this model: {' '.join(str(e).split())[:300]}") from None
     finally:
-        config.rope_parameters, config.max_position_embeddings = saved
-        if original is not None:
-            config.original_max_position_embeddings = original
+        for key, value in saved.items():
+            if value is missing:
+                delattr(config, key)
+            else:
+                setattr(config, key, value)
         if gguf:
             model.hf_quantizer = quantizer
             if quantization is not None:
@@ -333,12 +402,19 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
     model runs twice on it). `source`: what the model was loaded from ({"path", "fingerprint"}); with
 its fingerprint, an `out` that already holds this export is returned as it is (else refused)."""
     out = Path(out)
-    method, spec, params, L0 = _plan(model, spec, options, train_length)
+    method, spec, updates, L0 = _plan(model, spec, options, train_length, length)
     source = source or {"path": None, "fingerprint": None}
     if check_out(out, spec, source.get("fingerprint")):
         return io.read_json(out / RECORD)
     max_positions = _target_length(method, length)
-    n = int(check_length or L0 + max(L0 // 4, 1))
+    dca = DCA_KEY in updates
+    # transformers runs no DCA: the check is on the longest sequence where DCA is plain RoPE
+    s = method.chunk_size - method.local_size if dca else None
+    if dca and check_length and check_length > s:
+        raise LengenError(f"lengen hf export: --check-length {check_length}: a DCA export is checked at most "
+                          f"at chunk_size - local_size = {s} tokens, where DCA is plain RoPE (transformers "
+                          "has no DCA to check further)")
+    n = int(check_length or (s if dca else L0 + max(L0 // 4, 1)))
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
     extend(model, spec, train_length=L0)
@@ -350,7 +426,7 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     try:
-        _save(model, tmp, params, max_positions)
+        _save(model, tmp, updates, max_positions)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         got, loaded = check_in_fresh_interpreter(tmp, ids.cpu())
@@ -361,13 +437,18 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
                               f"lengen.hf.extend's by {diff:.3g} at {n} tokens"
                               + (f"; transformers warned: {loaded['warnings'][0]}" if loaded["warnings"] else "")
                               + ": not exported")
-        record = {"spec": spec, "engine": "transformers", "rope_parameters": params,
+        what = ("logits of the exported folder in a fresh interpreter without lengen, against "
+                "lengen.hf.extend on the source model")
+        if dca:
+            what += (f", at {n} tokens, where DCA is plain RoPE (transformers runs no DCA); the "
+                     f"{DCA_KEY} block against vLLM's schema. DCA past {n} tokens is not run here")
+        record = {"spec": spec, "engine": ", ".join(DCA_ENGINES) if dca else "transformers",
+                  **{k: v for k, v in updates.items() if k in ("rope_parameters", DCA_KEY)},
+                  **({"serve": DCA_ENGINES} if dca else {}),
                   "max_position_embeddings": max_positions, "train_length": L0,
                   "source": source, "lengen": __version__, "lengen_commit": git_commit(),
-                  "verified": {"what": "logits of the exported folder in a fresh interpreter without lengen, "
-                                       "against lengen.hf.extend on the source model",
-                               "tokens": n, "max_abs_diff": diff, "transformers": loaded["transformers"],
-                               "torch": torch.__version__}}
+                  "verified": {"what": what, "tokens": n, "max_abs_diff": diff,
+                               "transformers": loaded["transformers"], "torch": torch.__version__}}
         io.write_json(tmp / RECORD, record)
         tmp.rename(out)   # out does not exist (check_out): the folder appears whole or not at all
     except BaseException:

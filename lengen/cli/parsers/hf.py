@@ -124,12 +124,15 @@ def add_parser(sub) -> None:
                     "target) and lengen_export.json. Only methods an engine implements natively can be "
                     "exported (see --list); before the folder is kept, it is loaded in a fresh interpreter "
                     "without lengen and its logits on a sequence past the trained length are compared with "
-                    "lengen.hf.extend's. A GGUF model is written dequantized, in --dtype.",
+                    "lengen.hf.extend's. DCA (Qwen2) is written as the dual_chunk_attention_config vLLM "
+                    "0.10 and SGLang read, checked where it equals plain RoPE; give it --length. A GGUF "
+                    "model is written dequantized, in --dtype.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  lengen hf export --list\n"
                "  lengen hf export ./llama --method yarn:factor=4 --out ./llama-yarn4\n"
                "  lengen hf export ./smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf --method yarn:factor=4 "
-               "--out ./smollm2-yarn4")
+               "--out ./smollm2-yarn4\n"
+               "  lengen hf export ./qwen2 --method dca --length 131072 --out ./qwen2-dca   # for vLLM 0.10 / SGLang")
     x.add_argument("model_path", nargs="?", metavar="MODEL_PATH",
                    help="a local model folder (save_pretrained output, or the folder holding --gguf-file)")
     x.add_argument("--gguf-file", metavar="F", help="a GGUF file inside MODEL_PATH (written dequantized)")
@@ -138,11 +141,11 @@ def add_parser(sub) -> None:
                    "same export)")
     x.add_argument("--list", action="store_true", help="which engines run which methods, and how")
     x.add_argument("--length", type=int, metavar="L", help="max_position_embeddings of the export (default: "
-                   "the trained length x the method's factor; dynamic keeps the trained length)")
+                   "the trained length x the method's factor; dynamic keeps the trained length; dca needs it)")
     x.add_argument("--train-length", type=int, metavar="L0",
                    help="the model's trained context (default: max_position_embeddings)")
     x.add_argument("--check-length", type=int, metavar="N", help="tokens of the checking sequence (default: "
-                   "L0 + L0/4; the model runs on it twice)")
+                   "L0 + L0/4; for dca, at most and by default chunk_size - local_size; the model runs on it twice)")
     x.add_argument("--dtype", choices=values.HF_WEIGHT_DTYPES, default="float32",
                    help="the weights' storage type (default float32)")
     x.set_defaults(func="lengen.cli.hf:run_export")
