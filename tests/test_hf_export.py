@@ -308,7 +308,7 @@ def test_dca_leaves_as_the_config_block_vllm_and_sglang_read(tmp_path):
     assert seen == {"lengen_importable": False, "warnings": []}
     torch.testing.assert_close(loaded, plain_rope, rtol=1e-5, atol=1e-5)
     assert record["engine"] == "vLLM, SGLang" and set(record["serve"]) == {"vLLM", "SGLang"}
-    assert "0.11.0" in record["serve"]["vLLM"] and record["verified"]["tokens"] == 16
+    assert "not >= 0.11.0" in record["serve"]["vLLM"] and record["verified"]["tokens"] == 16
     assert ex.dca_schema_problem(config["dual_chunk_attention_config"]) is None
 
 

@@ -63,7 +63,7 @@ SUPPORT: dict[str, dict[str, str]] = {
                  "vLLM": "rope_parameters: rope_type longrope", "SGLang": "rope_scaling: rope_type longrope",
                  "llama.cpp": "GGUF {arch}.rope.scaling.type longrope, rope_factors_long/short tensors"},
     "dca": {"vLLM": "dual_chunk_attention_config: chunk_size, local_size, original_max_position_embeddings "
-                    "(Qwen2; vLLM 0.8.5 to 0.10.x, VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN)",
+                    "(Qwen2; vLLM 0.9 and 0.10, VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN)",
             "SGLang": "dual_chunk_attention_config, as vLLM (Qwen2; --attention-backend dual_chunk_flash_attn)"},
     "self_extend": {"llama.cpp": "llama-completion --grp-attn-n G --grp-attn-w W (not llama-server)"},
     "rerope": {}, "leaky_rerope": {}, "string": {}, "lambda": {}, "sinks": {}, "logn": {},
@@ -87,7 +87,7 @@ NOT_THE_SAME = {
 DCA_KEY = "dual_chunk_attention_config"
 DCA_FAMILIES = ("qwen2",)
 DCA_SCHEMA = {"chunk_size": int, "local_size": int, "original_max_position_embeddings": int}
-DCA_ENGINES = {"vLLM": ">= 0.8.5, < 0.11.0: VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN VLLM_USE_V1=0 vllm serve "
+DCA_ENGINES = {"vLLM": "0.9 or 0.10 (not >= 0.11.0): VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN VLLM_USE_V1=0 vllm serve "
                        "DIR --enforce-eager --max-model-len LENGTH",
                "SGLang": "python -m sglang.launch_server --model-path DIR --attention-backend "
                          "dual_chunk_flash_attn --context-length LENGTH"}
