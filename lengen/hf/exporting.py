@@ -52,12 +52,14 @@ SUPPORT: dict[str, dict[str, str]] = {
              "vLLM": "rope_parameters: rope_type yarn, factor, original_max_position_embeddings, beta_fast, "
                      "beta_slow, attn_factor (not attention_factor)",
              "SGLang": "rope_scaling: rope_type yarn, as vLLM",
-             "llama.cpp": "GGUF {arch}.rope.scaling.type yarn, .factor, .original_context_length, .yarn_* "
+             "llama.cpp": "GGUF {arch}.rope.scaling.type yarn, .factor, .original_context_length, .attn_factor "
+                          "(a multiple of its own 0.1 ln s + 1; the llama architecture reads no beta key: 32 and 1) "
                           "(--rope-scaling yarn --rope-scale N --yarn-orig-ctx L0)"},
     "llama3": {"transformers": "rope_parameters: rope_type llama3, factor, low_freq_factor, high_freq_factor, "
                                "original_max_position_embeddings",
                "vLLM": "rope_parameters: rope_type llama3", "SGLang": "rope_scaling: rope_type llama3",
-               "llama.cpp": "a rope_freqs tensor its converter writes from rope_parameters"},
+               "llama.cpp": "GGUF rope_freqs tensor: each pair's frequency divisor (its converter writes it from "
+                            "rope_parameters)"},
     "longrope": {"transformers": "rope_parameters: rope_type longrope, short_factor, long_factor, "
                                  "original_max_position_embeddings, attention_factor",
                  "vLLM": "rope_parameters: rope_type longrope", "SGLang": "rope_scaling: rope_type longrope",
@@ -93,7 +95,9 @@ def support_matrix() -> str:
     lines += [f"{method} in {engine}: {how}" for method, engines in SUPPORT.items() for engine, how in engines.items()]
     lines.append("")
     lines += [f"{method}, not listed: {why}" for method, why in NOT_THE_SAME.items()]
-    lines.append("`lengen hf export` writes the transformers column (a model folder) and checks it.")
+    lines.append("`lengen hf export` writes the transformers column (a model folder) and checks it; with "
+                 "--format gguf, llama.cpp's pi, ntk, yarn, llama3 (a GGUF file, checked with llama-cpp-python) "
+                 "and self_extend (the unchanged file and its flags, not checked).")
     return "\n".join(lines)
 
 
@@ -102,8 +106,8 @@ def refusal(name: str) -> str:
     engines = SUPPORT.get(name, {})
     served = ", ".join(f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if "transformers" in e)
     if engines:
-        return (f"{name} runs natively in {', '.join(engines)}, but lengen exports only for transformers "
-                f"so far; exportable: {served}")
+        gguf = "; --format gguf writes it for llama.cpp" if "llama.cpp" in engines else ""
+        return (f"{name} runs natively in {', '.join(engines)}, not in transformers{gguf}; exportable: {served}")
     return (f"no engine implements {name} natively, so an extended model cannot leave lengen with it "
             f"(use lengen.hf.extend, or `lengen hf eval`); exportable: {served}")
 
@@ -226,10 +230,10 @@ def _check_config(config, params: dict, spec: str) -> None:
                           f"take these rope_parameters: {reason}") from None
 
 
-def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
-    """True when `out` already holds this export (nothing to do); refuse any other folder there.
-    Without the source's fingerprint (a model passed from Python) no folder can be shown to hold
-    the same export, so an existing one is refused."""
+def check_out(out: Path, spec: str, fingerprint: str | None, engine: str = "transformers") -> bool:
+    """True when `out` already holds this export for `engine` (nothing to do); refuse any other
+    folder there. Without the source's fingerprint (a model passed from Python) no folder can be
+    shown to hold the same export, so an existing one is refused."""
     if not out.exists():
         return False
     record = out / RECORD
@@ -239,10 +243,12 @@ def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
         raise LengenError(f"lengen hf export: {out} exists and is not a lengen export (no readable "
                           f"{RECORD}); choose another --out") from None
     if fingerprint is not None and earlier.get("spec") == spec \
-            and earlier.get("source", {}).get("fingerprint") == fingerprint:
+            and earlier.get("source", {}).get("fingerprint") == fingerprint \
+            and earlier.get("engine", "transformers") == engine:
         return True
     raise LengenError(f"lengen hf export: {out} holds another export ({earlier.get('spec')!r} of "
-                      f"{earlier.get('source', {}).get('fingerprint')}); choose another --out")
+                      f"{earlier.get('source', {}).get('fingerprint')} for {earlier.get('engine')}); "
+                      "choose another --out")
 
 
 def _save(model, folder: Path, params: dict, max_positions: int) -> None:
@@ -324,14 +330,24 @@ def check_in_fresh_interpreter(folder: Path, ids: torch.Tensor) -> tuple[torch.T
 
 def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
            train_length: int | None = None, check_length: int | None = None, source: dict | None = None,
-           **options) -> dict:
+           format: str = "transformers", gguf_type: str = "f32", **options) -> dict:
     """Write `model` extended with `spec` as a model folder transformers loads by itself (see the
     module docstring); returns the record written to `out`/lengen_export.json.
 
     `length`: max_position_embeddings of the export (default: L0 x the factor); `check_length`:
     the tokens of the checking sequence (default: L0 + L0 / 4, past the trained length; the whole
     model runs twice on it). `source`: what the model was loaded from ({"path", "fingerprint"}); with
-its fingerprint, an `out` that already holds this export is returned as it is (else refused)."""
+    its fingerprint, an `out` that already holds this export is returned as it is (else refused).
+    `format="gguf"`: one GGUF file for llama.cpp instead, `gguf_type` "f32" or "f16"
+    (lengen.hf.gguf_export)."""
+    if format == "gguf":
+        # imported here: gguf_export builds on this module (its table, check_out, record)
+        from lengen.hf import gguf_export
+
+        return gguf_export.export(model, spec, out, tokenizer, length=length, train_length=train_length,
+                                  check_length=check_length, source=source, gguf_type=gguf_type, **options)
+    if format != "transformers":
+        raise LengenError(f"lengen hf export: format {format!r}: choose transformers or gguf")
     out = Path(out)
     method, spec, params, L0 = _plan(model, spec, options, train_length)
     source = source or {"path": None, "fingerprint": None}
