@@ -50,8 +50,8 @@ METHODS = ("rope", "pi", "ntk", "yarn", "llama3", "self_extend")
 FAMILIES = {"llama": "llama", "mistral": "llama"}
 TYPES = ("f32", "f16")
 #: the check's bound on max |llama.cpp - lengen.hf.extend| over max(1, max |logit|): f32 runs the
-#: same arithmetic in another order (measured ~1e-6 on the tiny test models); f16 weights and
-#: activations round at ~1e-3
+#: same arithmetic in another order (2e-6 to 6e-6 on the tiny test model, past L0); f16 rounds
+#: weights and activations to 11 bits (7e-3 there)
 TOLERANCE = {"f32": 1e-4, "f16": 2e-2}
 WHAT = ("logits of the GGUF file in llama-cpp-python (f32 KV cache, no flash attention) in a fresh "
         "interpreter without lengen, against lengen.hf.extend on the source model in float32")
@@ -240,6 +240,19 @@ def _byte_level(part) -> bool:
     return False
 
 
+def _pre_tokenizer(pre) -> str:
+    """llama.cpp's name for the split a tokenizer.json pre_tokenizer makes: the two lengen can tell
+    from its structure (GPT-2's regex; SmolLM's, single digits first), else llama.cpp's 'default'."""
+    def gpt2(p):
+        return isinstance(p, dict) and p.get("type") == "ByteLevel" and p.get("use_regex", True)
+    if gpt2(pre):
+        return "gpt-2"
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else []
+    if len(steps) == 2 and steps[0].get("type") == "Digits" and steps[0].get("individual_digits") and gpt2(steps[1]):
+        return "smollm"
+    return "default"
+
+
 def _hf_vocab(tokenizer, vocab_size: int) -> tuple[list, str]:
     """llama.cpp's gpt2 (byte-level BPE) tokenizer keys from a transformers fast tokenizer."""
     import gguf
@@ -266,10 +279,9 @@ def _hf_vocab(tokenizer, vocab_size: int) -> tuple[list, str]:
             TOKEN_CONTROL if added[i].get("special") else TOKEN_USER_DEFINED)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     T = gguf.GGUFValueType
+    pre = _pre_tokenizer(data.get("pre_tokenizer"))
     keys = [("tokenizer.ggml.model", "gpt2", T.STRING, None),
-            # llama.cpp names pre-tokenizers; lengen does not identify them: "default" is its GPT-2-like
-            # split, so text may split otherwise than in transformers (token ids are the same model)
-            ("tokenizer.ggml.pre", "default", T.STRING, None),
+            ("tokenizer.ggml.pre", pre, T.STRING, None),
             ("tokenizer.ggml.tokens", tokens, T.ARRAY, T.STRING),
             ("tokenizer.ggml.token_type", types, T.ARRAY, T.INT32)]
     if merges:
@@ -283,7 +295,10 @@ def _hf_vocab(tokenizer, vocab_size: int) -> tuple[list, str]:
     keys.append(("tokenizer.ggml.add_bos_token", bos is not None and first == [bos], T.BOOL, None))
     if isinstance(getattr(tokenizer, "chat_template", None), str):
         keys.append(("tokenizer.chat_template", tokenizer.chat_template, T.STRING, None))
-    return keys, "byte-level BPE from tokenizer.json (pre-tokenizer 'default')"
+    # llama.cpp knows pre-tokenizers by name only: with 'default' (one lengen could not name),
+    # text may split otherwise than in transformers; the token ids mean the same model either way
+    return keys, f"byte-level BPE from tokenizer.json, llama.cpp pre-tokenizer {pre!r}" + (
+        " (not identified: text may tokenize otherwise than in transformers)" if pre == "default" else "")
 
 
 def vocab_keys(tokenizer, source: dict, vocab_size: int) -> tuple[list, str]:
