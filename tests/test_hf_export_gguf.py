@@ -23,7 +23,7 @@ from tiny_llama import TEXT, save_tiny_llama  # noqa: E402
 
 from lengen.cli import main  # noqa: E402
 from lengen.hf import exporting as ex  # noqa: E402
-from lengen.hf import extend, restore  # noqa: E402
+from lengen.hf import export, extend, restore  # noqa: E402
 from lengen.hf import gguf_export as gx  # noqa: E402
 
 LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
@@ -196,7 +196,7 @@ def test_an_export_whose_logits_differ_is_not_kept(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(gx, "_rope", lambda method, L0: gx.GgufRope(**{**vars(real(method, L0)), "attn_factor": S4}))
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny, local_files_only=True)
     with pytest.raises(Exception, match="differ"):
-        ex.export(model, "yarn:factor=4", tmp_path / "out", format="gguf")
+        export(model, "yarn:factor=4", tmp_path / "out", format="gguf")
     assert list(tmp_path.iterdir()) == []
 
 

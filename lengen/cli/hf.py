@@ -71,10 +71,12 @@ def run_export(args) -> int:
         print(f"{out} already holds this export ({ex.RECORD}); nothing to do")
         return 0
     model, tokenizer = load(settings, tokenizer)
-    record = ex.export(model, args.method, out, tokenizer, length=args.length, train_length=args.train_length,
-                       check_length=args.check_length, source=source, format=args.format, gguf_type=gguf_type)
     if gguf:
-        return _print_gguf(out, record)
+        return _print_gguf(out, gx.export(model, args.method, out, tokenizer, length=args.length,
+                                          train_length=args.train_length, check_length=args.check_length,
+                                          source=source, gguf_type=gguf_type))
+    record = ex.export(model, args.method, out, tokenizer, length=args.length, train_length=args.train_length,
+                       check_length=args.check_length, source=source)
     check = record["verified"]
     print(f"wrote {out}: {record['spec']} as transformers rope_parameters {record['rope_parameters']}, "
           f"max_position_embeddings {record['max_position_embeddings']}"

@@ -330,24 +330,14 @@ def check_in_fresh_interpreter(folder: Path, ids: torch.Tensor) -> tuple[torch.T
 
 def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
            train_length: int | None = None, check_length: int | None = None, source: dict | None = None,
-           format: str = "transformers", gguf_type: str = "f32", **options) -> dict:
+           **options) -> dict:
     """Write `model` extended with `spec` as a model folder transformers loads by itself (see the
     module docstring); returns the record written to `out`/lengen_export.json.
 
     `length`: max_position_embeddings of the export (default: L0 x the factor); `check_length`:
     the tokens of the checking sequence (default: L0 + L0 / 4, past the trained length; the whole
     model runs twice on it). `source`: what the model was loaded from ({"path", "fingerprint"}); with
-    its fingerprint, an `out` that already holds this export is returned as it is (else refused).
-    `format="gguf"`: one GGUF file for llama.cpp instead, `gguf_type` "f32" or "f16"
-    (lengen.hf.gguf_export)."""
-    if format == "gguf":
-        # imported here: gguf_export builds on this module (its table, check_out, record)
-        from lengen.hf import gguf_export
-
-        return gguf_export.export(model, spec, out, tokenizer, length=length, train_length=train_length,
-                                  check_length=check_length, source=source, gguf_type=gguf_type, **options)
-    if format != "transformers":
-        raise LengenError(f"lengen hf export: format {format!r}: choose transformers or gguf")
+its fingerprint, an `out` that already holds this export is returned as it is (else refused)."""
     out = Path(out)
     method, spec, params, L0 = _plan(model, spec, options, train_length)
     source = source or {"path": None, "fingerprint": None}

@@ -43,6 +43,11 @@ from lengen.hf.arch import inspect_model
 from lengen.hf.methods import build
 from lengen.hf.patch import extend, restore
 
+try:   # the gguf extra; without it the export refuses, saying how to install it
+    import gguf
+except ImportError:
+    gguf = None
+
 ENGINE = "llama.cpp"
 #: the spec names the writer writes ("rope": the model unchanged, a plain conversion)
 METHODS = ("rope", "pi", "ntk", "yarn", "llama3", "self_extend")
@@ -105,7 +110,11 @@ def refusal(name: str) -> str:
 
 
 def check_spec(spec: str) -> None:
-    """Refuse a spec the GGUF export cannot hold (before any model is loaded)."""
+    """Refuse a spec the GGUF export cannot hold (before any model is loaded), or any spec when
+    the gguf package is missing."""
+    if gguf is None:
+        raise LengenError("lengen hf export --format gguf: the gguf package is not installed "
+                          "(pip install 'lengen[gguf]')")
     parts = parse_spec(spec)
     for name, _ in parts:
         if name not in METHODS:
@@ -221,8 +230,6 @@ TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED = 1, 3, 4, 5   # l
 
 def _gguf_source_vocab(path: Path) -> tuple[list, str]:
     """Every tokenizer.* key of a GGUF file, with its GGUF types: (key, value, type, item type)."""
-    import gguf
-
     reader = gguf.GGUFReader(str(path))
     keys = []
     for key, f in reader.fields.items():
@@ -255,8 +262,6 @@ def _pre_tokenizer(pre) -> str:
 
 def _hf_vocab(tokenizer, vocab_size: int) -> tuple[list, str]:
     """llama.cpp's gpt2 (byte-level BPE) tokenizer keys from a transformers fast tokenizer."""
-    import gguf
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     data = json.loads(backend.to_str()) if backend is not None else {}
     model = data.get("model", {})
@@ -304,8 +309,6 @@ def _hf_vocab(tokenizer, vocab_size: int) -> tuple[list, str]:
 def vocab_keys(tokenizer, source: dict, vocab_size: int) -> tuple[list, str]:
     """(tokenizer keys, where they came from): a GGUF source's own, else the HF tokenizer's, else
     llama.cpp's 'none' vocabulary (token ids only)."""
-    import gguf
-
     if source.get("gguf_file") and source.get("path"):
         return _gguf_source_vocab(Path(source["path"]) / source["gguf_file"])
     if tokenizer is not None:
@@ -324,8 +327,6 @@ def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 def _tensors(model, gguf_type: str):
     """(GGUF name, numpy array) for every weight of a Llama-layout model."""
-    import gguf
-
     config = model.config
     T = gguf.MODEL_TENSOR
     per_layer = {"input_layernorm": T.ATTN_NORM, "self_attn.q_proj": T.ATTN_Q, "self_attn.k_proj": T.ATTN_K,
@@ -361,8 +362,6 @@ def _tensors(model, gguf_type: str):
 
 def write(path: Path, model, p: Plan, vocab: list, gguf_type: str) -> None:
     """The GGUF file: llama architecture keys, the method's rope keys, the tokenizer, the weights."""
-    import gguf
-
     config, arch = model.config, FAMILIES[model.config.model_type]
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     w = gguf.GGUFWriter(str(path), arch)
