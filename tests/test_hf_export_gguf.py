@@ -319,3 +319,40 @@ def test_the_table_s_llama_cpp_column_covers_what_the_gguf_export_writes(capsys)
     assert main(["hf", "export", "--list"]) == 0
     assert "with --format gguf, llama.cpp's pi, ntk, yarn, llama3" in capsys.readouterr().out
     assert "--format gguf writes it for llama.cpp" in ex.refusal("self_extend")
+
+
+def test_a_gguf_source_s_tokenizer_is_carried_over(tiny, tmp_path, capsys):
+    """A model read from a GGUF file (--gguf-file, as transformers dequantizes it) keeps that file's
+    tokenizer keys, byte for byte; here the source is the tiny model's own plain GGUF export."""
+    first = export_cli(tiny, "rope", tmp_path / "plain")
+    record = export_cli(tmp_path / "plain", "yarn:factor=4", tmp_path / "yarn", "--gguf-file", first["file"])
+    assert record["tokenizer"] == f"carried over from {first['file']}"
+    assert record["file"] == "model-rope-f32-yarn-f32.gguf"
+    source, _ = gguf_keys(tmp_path / "plain" / first["file"])
+    written, _ = gguf_keys(tmp_path / "yarn" / record["file"])
+    tokenizer_keys = sorted(k for k in source if k.startswith("tokenizer."))
+    assert len(tokenizer_keys) >= 6
+    assert {k: written[k] for k in tokenizer_keys} == {k: source[k] for k in tokenizer_keys}
+    assert written["llama.rope.scaling.type"] == "yarn"
+    if LLAMA_CPP:
+        assert record["verified"]["max_abs_diff"] <= record["verified"]["tolerance"]
+
+
+@needs_llama_cpp
+def test_a_mistral_layout_model_is_written_as_llama_cpp_s_llama(tmp_path, capsys):
+    """Mistral (no sliding window) is llama.cpp's llama architecture; a head_dim of its own (8,
+    not hidden / heads = 16) goes into attention.key_length."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=8, vocab_size=VOCAB, max_position_embeddings=L0, sliding_window=None, initializer_range=0.3)
+    transformers.MistralForCausalLM(config).save_pretrained(tmp_path / "mistral")
+    bpe_tokenizer().save_pretrained(tmp_path / "mistral")
+    record = export_cli(tmp_path / "mistral", "yarn:factor=4", tmp_path / "out")
+    keys, _ = gguf_keys(tmp_path / "out" / record["file"])
+    assert keys["general.architecture"] == "llama" and keys["llama.attention.key_length"] == 8
+    assert keys["llama.rope.dimension_count"] == 8
+    ids = torch.randint(0, VOCAB, (1, 2 * L0 + 5), generator=torch.Generator().manual_seed(1))
+    diff = relative_diff(llama_cpp_logits(tmp_path / "out" / record["file"], ids),
+                         lengen_logits(tmp_path / "mistral", "yarn:factor=4", ids))
+    assert diff < RTOL["f32"], diff
