@@ -54,10 +54,11 @@ METHODS = ("rope", "pi", "ntk", "yarn", "llama3", "self_extend")
 #: model_type -> llama.cpp architecture (its converter writes Mistral's layout as llama too)
 FAMILIES = {"llama": "llama", "mistral": "llama"}
 TYPES = ("f32", "f16")
-#: the check's bound on max |llama.cpp - lengen.hf.extend| over max(1, max |logit|): f32 runs the
-#: same arithmetic in another order (2e-6 to 6e-6 on the tiny test model, past L0); f16 rounds
-#: weights and activations to 11 bits (7e-3 there)
-TOLERANCE = {"f32": 1e-4, "f16": 2e-2}
+#: the check's bound on max |llama.cpp - lengen.hf.extend| over max(1, max |logit|). f32 runs the
+#: same arithmetic in another order: 2e-6 to 6e-6 on the tiny test model at 133 tokens; the float32
+#: rotary angles' rounding grows with the position (SmolLM2: 2e-5 at 2,048 tokens, plain RoPE;
+#: 1.7e-4 at 10,240, YaRN x4). f16 rounds weights and activations to 11 bits (7e-3 on the tiny model)
+TOLERANCE = {"f32": 1e-3, "f16": 2e-2}
 WHAT = ("logits of the GGUF file in llama-cpp-python (f32 KV cache, no flash attention) in a fresh "
         "interpreter without lengen, against lengen.hf.extend on the source model in float32")
 
