@@ -344,3 +344,12 @@ def test_a_dca_export_that_cannot_be_served_or_checked_is_refused(spec, options,
     with pytest.raises(Exception, match=says):
         ex.export(qwen2_model(), spec, tmp_path / "out", length=128, **options)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_same_dca_export_again_is_found_done(tmp_path):
+    out = tmp_path / "dca"
+    first = ex.export(qwen2_model(), "dca:chunk_size=24,local_size=8", out, length=128,
+                      source={"path": None, "fingerprint": "sha256:same"})
+    again = ex.export(qwen2_model(), "dca:chunk_size=24,local_size=8", out, length=128,
+                      source={"path": None, "fingerprint": "sha256:same"})
+    assert again == first and first["engine"] == "vLLM, SGLang"

@@ -12,6 +12,7 @@ from lengen.extrapolation import split_methods
 from lengen.errors import LengenError
 from lengen.hf import describe
 from lengen.hf import exporting as ex
+from lengen.hf import gguf_export as gx
 from lengen.hf.arch import check_train_length
 from lengen.hf.evaluate import load_result, result_table, run, save_result
 from lengen.hf.identity import model_fingerprint
@@ -45,23 +46,40 @@ def run_export(args) -> int:
     if missing:
         raise LengenError(f"lengen hf export: give {' and '.join(missing)} (or --list)")
     check_train_length(args.train_length)
-    ex.check_exportable(args.method, args.length)   # before anything loads
+    gguf = args.format == "gguf"
+    if gguf and args.dtype != "float32":
+        raise LengenError("lengen hf export: --dtype goes with --format transformers; --gguf-type sets the GGUF's")
+    if args.gguf_type and not gguf:
+        raise LengenError("lengen hf export: --gguf-type goes with --format gguf")
+    if gguf:   # before anything loads
+        gx.check_spec(args.method)
+    else:
+        ex.check_exportable(args.method, args.length)
     config = read_config(args.model_path, args.gguf_file)
     ex.check_causal_lm(config, args.model_path)
-    ex.check_exportable(args.method, args.length, config.model_type)
+    if not gguf:
+        ex.check_exportable(args.method, args.length, config.model_type)
     settings = EvalSettings(model_path=args.model_path, gguf_file=args.gguf_file, methods=["rope"],
                             lengths=[2], dtype=args.dtype)
     tokenizer = load_tokenizer(settings)
     fingerprint = model_fingerprint(args.model_path, args.gguf_file)
+    source = {"path": str(Path(args.model_path).resolve()), "gguf_file": args.gguf_file, "fingerprint": fingerprint}
+    if gguf:
+        gx.check_source(config, tokenizer, source)
     out = Path(args.out)
-    if ex.check_out(out, spec_with_options(args.method, {}), fingerprint):   # before the model loads
+    spec, gguf_type = spec_with_options(args.method, {}), args.gguf_type or "f32"
+    done = gx.check_out(out, spec, fingerprint, gguf_type) if gguf else \
+        ex.check_out(out, spec, fingerprint, ex.engine_of(spec))
+    if done:   # before the model loads
         print(f"{out} already holds this export ({ex.RECORD}); nothing to do")
         return 0
     model, tokenizer = load(settings, tokenizer)
+    if gguf:
+        return _print_gguf(out, gx.export(model, args.method, out, tokenizer, length=args.length,
+                                          train_length=args.train_length, check_length=args.check_length,
+                                          source=source, gguf_type=gguf_type))
     record = ex.export(model, args.method, out, tokenizer, length=args.length, train_length=args.train_length,
-                       check_length=args.check_length,
-                       source={"path": str(Path(args.model_path).resolve()), "gguf_file": args.gguf_file,
-                               "fingerprint": fingerprint})
+                       check_length=args.check_length, source=source)
     check = record["verified"]
     written = (f"{ex.DCA_KEY} {record[ex.DCA_KEY]} for {record['engine']}" if ex.DCA_KEY in record
                else f"transformers rope_parameters {record['rope_parameters']}")
@@ -71,6 +89,23 @@ def run_export(args) -> int:
           f"logits at {check['tokens']} tokens (max |difference| {check['max_abs_diff']:.2g})")
     for engine, how in record.get("serve", {}).items():
         print(f"serve with {engine} {how}".replace("DIR", str(out)).replace("LENGTH", str(record["max_position_embeddings"])))
+    return 0
+
+
+def _print_gguf(out: Path, record: dict) -> int:
+    keys = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in record["gguf_keys"].items())
+    print(f"wrote {out / record['file']}: {record['spec']} as {record['gguf_type']} GGUF for llama.cpp ({keys}"
+          + (", a rope_freqs tensor" if record["rope_freqs"] else "") + ")")
+    check = record["verified"]
+    if check:
+        print(f"checked: llama.cpp (llama-cpp-python {check['llama_cpp_python']}) gives lengen.hf.extend's logits "
+              f"at {check['tokens']} tokens (max |difference| {check['max_abs_diff']:.2g}, tolerance "
+              f"{check['tolerance']:.2g})")
+    else:
+        print(f"not checked: {record['unverified']}")
+    if record.get("command"):
+        print(f"run it with: {record['command'].replace(record['file'], str(out / record['file']))} "
+              "(not checked by lengen)")
     return 0
 
 

@@ -52,12 +52,14 @@ SUPPORT: dict[str, dict[str, str]] = {
              "vLLM": "rope_parameters: rope_type yarn, factor, original_max_position_embeddings, beta_fast, "
                      "beta_slow, attn_factor (not attention_factor)",
              "SGLang": "rope_scaling: rope_type yarn, as vLLM",
-             "llama.cpp": "GGUF {arch}.rope.scaling.type yarn, .factor, .original_context_length, .yarn_* "
+             "llama.cpp": "GGUF {arch}.rope.scaling.type yarn, .factor, .original_context_length, .attn_factor "
+                          "(a multiple of its own 0.1 ln s + 1; the llama architecture reads no beta key: 32 and 1) "
                           "(--rope-scaling yarn --rope-scale N --yarn-orig-ctx L0)"},
     "llama3": {"transformers": "rope_parameters: rope_type llama3, factor, low_freq_factor, high_freq_factor, "
                                "original_max_position_embeddings",
                "vLLM": "rope_parameters: rope_type llama3", "SGLang": "rope_scaling: rope_type llama3",
-               "llama.cpp": "a rope_freqs tensor its converter writes from rope_parameters"},
+               "llama.cpp": "GGUF rope_freqs tensor: each pair's frequency divisor (its converter writes it from "
+                            "rope_parameters)"},
     "longrope": {"transformers": "rope_parameters: rope_type longrope, short_factor, long_factor, "
                                  "original_max_position_embeddings, attention_factor",
                  "vLLM": "rope_parameters: rope_type longrope", "SGLang": "rope_scaling: rope_type longrope",
@@ -109,7 +111,9 @@ def support_matrix() -> str:
     lines.append("")
     lines += [f"{method}, beware: {why}" for method, why in NOT_THE_SAME.items()]
     lines.append("`lengen hf export` writes the transformers column (a model folder) and checks it, and "
-                 f"dca as the {DCA_KEY} of vLLM and SGLang ({', '.join(DCA_FAMILIES)}).")
+                 f"dca as the {DCA_KEY} of vLLM and SGLang ({', '.join(DCA_FAMILIES)}); with --format gguf, "
+                 "llama.cpp's pi, ntk, yarn, llama3 (a GGUF file, checked with llama-cpp-python) and "
+                 "self_extend (the unchanged file and its flags, not checked).")
     return "\n".join(lines)
 
 
@@ -119,8 +123,8 @@ def refusal(name: str) -> str:
     served = ", ".join([f"{m} ({', '.join(e)})" for m, e in SUPPORT.items() if "transformers" in e]
                        + [f"dca ({', '.join(DCA_ENGINES)}: {', '.join(DCA_FAMILIES)})"])
     if engines:
-        return (f"{name} runs natively in {', '.join(engines)}, but lengen exports only for transformers "
-                f"so far; exportable: {served}")
+        gguf = "; --format gguf writes it for llama.cpp" if "llama.cpp" in engines else ""
+        return (f"{name} runs natively in {', '.join(engines)}, not in transformers{gguf}; exportable: {served}")
     return (f"no engine implements {name} natively, so an extended model cannot leave lengen with it "
             f"(use lengen.hf.extend, or `lengen hf eval`); exportable: {served}")
 
@@ -293,10 +297,15 @@ def _check_config(config, params: dict, spec: str) -> None:
                           f"take these rope_parameters: {reason}") from None
 
 
-def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
-    """True when `out` already holds this export (nothing to do); refuse any other folder there.
-    Without the source's fingerprint (a model passed from Python) no folder can be shown to hold
-    the same export, so an existing one is refused."""
+def engine_of(spec: str) -> str:
+    """The engine(s) a (transformers-format) export of `spec` is written for, as its record says."""
+    return ", ".join(DCA_ENGINES) if parse_spec(spec)[0][0] == "dca" else "transformers"
+
+
+def check_out(out: Path, spec: str, fingerprint: str | None, engine: str = "transformers") -> bool:
+    """True when `out` already holds this export for `engine` (nothing to do); refuse any other
+    folder there. Without the source's fingerprint (a model passed from Python) no folder can be
+    shown to hold the same export, so an existing one is refused."""
     if not out.exists():
         return False
     record = out / RECORD
@@ -306,10 +315,12 @@ def check_out(out: Path, spec: str, fingerprint: str | None) -> bool:
         raise LengenError(f"lengen hf export: {out} exists and is not a lengen export (no readable "
                           f"{RECORD}); choose another --out") from None
     if fingerprint is not None and earlier.get("spec") == spec \
-            and earlier.get("source", {}).get("fingerprint") == fingerprint:
+            and earlier.get("source", {}).get("fingerprint") == fingerprint \
+            and earlier.get("engine", "transformers") == engine:
         return True
     raise LengenError(f"lengen hf export: {out} holds another export ({earlier.get('spec')!r} of "
-                      f"{earlier.get('source', {}).get('fingerprint')}); choose another --out")
+                      f"{earlier.get('source', {}).get('fingerprint')} for {earlier.get('engine')}); "
+                      "choose another --out")
 
 
 def _save(model, folder: Path, updates: dict, max_positions: int) -> None:
@@ -404,7 +415,7 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
     out = Path(out)
     method, spec, updates, L0 = _plan(model, spec, options, train_length, length)
     source = source or {"path": None, "fingerprint": None}
-    if check_out(out, spec, source.get("fingerprint")):
+    if check_out(out, spec, source.get("fingerprint"), engine_of(spec)):
         return io.read_json(out / RECORD)
     max_positions = _target_length(method, length)
     dca = DCA_KEY in updates
@@ -442,7 +453,7 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
         if dca:
             what += (f", at {n} tokens, where DCA is plain RoPE (transformers runs no DCA); the "
                      f"{DCA_KEY} block against vLLM's schema. DCA past {n} tokens is not run here")
-        record = {"spec": spec, "engine": ", ".join(DCA_ENGINES) if dca else "transformers",
+        record = {"spec": spec, "engine": engine_of(spec),
                   **{k: v for k, v in updates.items() if k in ("rope_parameters", DCA_KEY)},
                   **({"serve": DCA_ENGINES} if dca else {}),
                   "max_position_embeddings": max_positions, "train_length": L0,

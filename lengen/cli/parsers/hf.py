@@ -126,12 +126,16 @@ def add_parser(sub) -> None:
                     "without lengen and its logits on a sequence past the trained length are compared with "
                     "lengen.hf.extend's. DCA (Qwen2) is written as the dual_chunk_attention_config vLLM "
                     "0.10 and SGLang read, checked where it equals plain RoPE; give it --length. A GGUF "
-                    "model is written dequantized, in --dtype.",
+                    "model is written dequantized, in --dtype. With --format gguf: one GGUF file for llama.cpp "
+                    "instead (Llama and Mistral layouts; rope, pi, ntk, yarn, llama3, and self_extend as the "
+                    "unchanged file plus its llama-completion flags), checked with llama-cpp-python when it is "
+                    "installed.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  lengen hf export --list\n"
                "  lengen hf export ./llama --method yarn:factor=4 --out ./llama-yarn4\n"
                "  lengen hf export ./smollm2 --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf --method yarn:factor=4 "
                "--out ./smollm2-yarn4\n"
+               "  lengen hf export ./llama --method yarn:factor=4 --format gguf --out ./llama-yarn4-gguf\n"
                "  lengen hf export ./qwen2 --method dca --length 131072 --out ./qwen2-dca   # for vLLM 0.10 / SGLang")
     x.add_argument("model_path", nargs="?", metavar="MODEL_PATH",
                    help="a local model folder (save_pretrained output, or the folder holding --gguf-file)")
@@ -147,5 +151,9 @@ def add_parser(sub) -> None:
     x.add_argument("--check-length", type=int, metavar="N", help="tokens of the checking sequence (default: "
                    "L0 + L0/4; for dca, at most and by default chunk_size - local_size; the model runs on it twice)")
     x.add_argument("--dtype", choices=values.HF_WEIGHT_DTYPES, default="float32",
-                   help="the weights' storage type (default float32)")
+                   help="the weights' storage type (default float32; --format transformers)")
+    x.add_argument("--format", choices=["transformers", "gguf"], default="transformers",
+                   help="a model folder for transformers (default), or one GGUF file for llama.cpp")
+    x.add_argument("--gguf-type", choices=["f32", "f16"], help="the GGUF file's weight type (--format gguf; "
+                   "default f32: exact, 4 bytes a parameter; f16 halves it, logits within ~1e-2)")
     x.set_defaults(func="lengen.cli.hf:run_export")
