@@ -11,8 +11,10 @@ import tempfile
 from pathlib import Path
 
 from lengen.cli.options import set_threads
+from lengen.devices import precision_context, resolve_device
 from lengen.errors import LengenError
 from lengen.extrapolation import is_plain
+from lengen.hf.identity import model_fingerprint
 from lengen.hf.loading import load, load_tokenizer
 from lengen.hf.settings import EvalSettings
 from lengen.io import check_writable
@@ -70,9 +72,6 @@ def run_lmeval(args) -> int:
 
         manager = harness.task_manager(tasks, args.include_path, metadata)   # before the model loads
         model, tokenizer = load(settings, tokenizer)
-        from lengen.devices import precision_context, resolve_device
-        from lengen.hf.identity import model_fingerprint
-
         device = resolve_device(args.device)
         lm = harness.LengenLM(model.to(device), tokenizer=tokenizer, method=args.method,
                               train_length=args.train_length, max_length=max_length, batch_size=args.batch_size)

@@ -9,7 +9,9 @@ string, ...): lm-eval calls the patched transformers model as it is.
 
 lm-eval 0.4.13 finds models only in its registry (no entry-point plugins), so its own `lm_eval`
 command sees "lengen" only after this module is imported: `python -m lengen.hf.harness ARGS` runs
-lm-eval's command line with it registered, and `lengen hf lm-eval` is lengen's own command.
+lm-eval's command line with it registered (--model_args as JSON when the spec has commas:
+'{"pretrained": "DIR", "method": "self_extend:group=4,window=1024", "max_length": 16384}'), and
+`lengen hf lm-eval` is lengen's own command.
 Needs lm-eval and accelerate (the `lmeval` extra)."""
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ import sys
 from pathlib import Path
 
 import lm_eval
+import pandas as pd
+from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
 
+from lengen.devices import resolve_device
 from lengen.errors import LengenError, unknown_name
 from lengen.extrapolation import is_plain
+from lengen.hf.loading import load
 from lengen.hf.patch import extend
+from lengen.hf.settings import EvalSettings
 from lengen.io import write_text
 
 MODEL_TYPE = "lengen"
@@ -73,10 +80,6 @@ class LengenLM(HFLM):
 def load_model(model_path: str, gguf_file: str | None = None, dtype: str = "float32", attn: str = "sdpa",
                device: str = "auto", tokenizer=None):
     """(model on its device, tokenizer) by lengen's loader: a local folder or GGUF file, offline."""
-    from lengen.devices import resolve_device
-    from lengen.hf.loading import load
-    from lengen.hf.settings import EvalSettings
-
     settings = EvalSettings(model_path=model_path, gguf_file=gguf_file, methods=["rope"], lengths=[2],
                             dtype=dtype, attn=attn)
     model, tokenizer = load(settings, tokenizer if not isinstance(tokenizer, str) else None)
@@ -110,12 +113,15 @@ def evaluate(lm, tasks: list[str], manager: TaskManager, limit=None, num_fewshot
 
 
 def result_rows(results: dict, method: str, max_length: int | None) -> list[dict]:
-    """One row per task and metric of lm-eval's results ("acc,none" -> metric acc, filter none)."""
+    """One row per task and metric of lm-eval's results ("acc,none" -> metric acc, filter none;
+    RULER's metrics are lengths: "8192,none" -> metric 8192)."""
     rows = []
     for task, values in results["results"].items():
         for key, value in values.items():
             metric, _, filt = key.partition(",")
             if not filt or metric.endswith("_stderr") or not isinstance(value, (int, float)):
+                continue
+            if metric.isdigit() and value == -1:   # RULER's mark for a length it did not run
                 continue
             stderr = values.get(f"{metric}_stderr,{filt}")
             rows.append({"task": task, "metric": metric, "filter": filt, "value": value,
@@ -128,8 +134,6 @@ def result_rows(results: dict, method: str, max_length: int | None) -> list[dict
 def save(results: dict, out: Path, record: dict, method: str, max_length: int | None) -> list[Path]:
     """OUT/results.json (lm-eval's results less the samples, plus `record` as "lengen"),
     OUT/results.csv and, when logged, OUT/samples_TASK.jsonl; each written atomically."""
-    import pandas as pd
-
     out.mkdir(parents=True, exist_ok=True)
     dump = lambda obj, **kw: json.dumps(obj, default=handle_non_serializable, **kw)   # noqa: E731
     paths = []
@@ -147,8 +151,6 @@ def save(results: dict, out: Path, record: dict, method: str, max_length: int | 
 def main(argv: list[str] | None = None) -> None:
     """lm-eval's own command line with the "lengen" model type registered:
     python -m lengen.hf.harness --model lengen --model_args pretrained=DIR,method=SPEC,max_length=L --tasks T"""
-    from lm_eval.__main__ import cli_evaluate
-
     sys.argv = [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]
     cli_evaluate()
 

@@ -47,8 +47,9 @@ Writes OUT/results.json (lm-eval's results, with a "lengen" entry: model, method
 command), OUT/results.csv (task,metric,filter,value,stderr,n,method,max_length: one row per
 metric, for pandas) and with --log-samples OUT/samples_TASK.jsonl (each document's request and
 response). lm-eval's own command line: `python -m lengen.hf.harness --model lengen --model_args
-pretrained=DIR,method=SPEC,max_length=L --tasks T` (lm-eval 0.4.13 has no plugin entry point, so
-plain `lm_eval --model lengen` does not find it). Needs lm-eval: pip install 'lengen[lmeval]'.
+'{"pretrained": "DIR", "method": "self_extend:group=4,window=1024", "max_length": 16384}' --tasks T`
+(JSON, since a spec has commas; lm-eval 0.4.13 has no plugin entry point, so plain
+`lm_eval --model lengen` does not find the model type). Needs lm-eval: pip install 'lengen[lmeval]'.
 """
 
 

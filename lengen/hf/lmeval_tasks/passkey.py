@@ -3,15 +3,15 @@ task's metadata names (a local folder; lm-eval passes metadata to custom_dataset
 
 from __future__ import annotations
 
+import datasets
+from transformers import AutoTokenizer
+
 from lengen.protocols.passkey import make_trials, parse_answer
 
 ANSWER_TOKENS = 10   # the task's max_gen_toks: the prompt leaves room for them within max_length
 
 
 def dataset(tokenizer: str | None = None, length=None, max_length=None, trials=20, seed=0, **_):
-    import datasets
-    from transformers import AutoTokenizer
-
     if not tokenizer:
         raise ValueError("lengen_passkey sizes its prompts in tokens: give a local tokenizer folder in "
                          "the metadata (--metadata '{\"tokenizer\": \"DIR\", \"length\": 8192}')")
