@@ -62,9 +62,9 @@ output_type: loglikelihood
 doc_to_text: "{{{{question}}}}"
 doc_to_target: "{{{{answer}}}}"
 metric_list:
-  - metric: perplexity
-    aggregation: perplexity
-    higher_is_better: false
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
 """
 
 
@@ -166,12 +166,12 @@ def test_the_command_writes_lm_eval_s_results_and_a_table(tiny, tmp_path, capsys
 def test_lengen_s_passkey_task_runs_offline(tiny, tmp_path, capsys):
     model_dir, _ = tiny
     out = tmp_path / "out"
-    assert main(["hf", "lm-eval", str(model_dir), "--tasks", "lengen_passkey", "--max-length", "200",
+    assert main(["hf", "lm-eval", str(model_dir), "--tasks", "lengen_passkey", "--max-length", "400",
                  "--method", "yarn:factor=4", "--metadata", '{"trials": 2}', "--log-samples",
                  "--out", str(out)]) == 0
     samples = [json.loads(line) for line in (out / "samples_lengen_passkey.jsonl").read_text().splitlines()]
     assert len(samples) == 2
-    assert all(64 < s["doc"]["prompt_tokens"] <= 190 and s["doc"]["key"] in s["doc"]["prompt"] for s in samples)
+    assert all(300 < s["doc"]["prompt_tokens"] <= 390 and s["doc"]["key"] in s["doc"]["prompt"] for s in samples)
     row = json.loads((out / "results.json").read_text())["results"]["lengen_passkey"]
     assert 0 <= row["acc,none"] <= 1
 
@@ -215,11 +215,11 @@ def test_missing_lm_eval_is_refused_with_the_install_line(tiny, tmp_path, capsys
 
 
 def test_lm_eval_s_own_command_line_runs_the_lengen_model_type(tiny, tmp_path):
-    """python -m lengen.hf.harness: lm-eval's CLI with "lengen" registered (no plugin mechanism)."""
+    """python -m lengen.hf.harness_cli: lm-eval's CLI with "lengen" registered (no plugin mechanism)."""
     model_dir, tasks = tiny
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-m", "lengen.hf.harness", "--model", "lengen", "--model_args",
+        [sys.executable, "-m", "lengen.hf.harness_cli", "--model", "lengen", "--model_args",
          json.dumps({"pretrained": str(model_dir), "method": "self_extend:group=4,window=16",
                      "max_length": MAX_LENGTH, "device": "cpu"}),
          "--tasks", "tiny_docs", "--include_path", str(tasks), "--output_path", str(tmp_path / "out")],

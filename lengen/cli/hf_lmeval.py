@@ -4,14 +4,17 @@ the model folder, the output folder, the task names; then the model loads."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from lengen.cli.options import set_threads
 from lengen.devices import precision_context, resolve_device
+from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import is_plain
 from lengen.hf.identity import model_fingerprint
@@ -75,14 +78,18 @@ def run_lmeval(args) -> int:
         device = resolve_device(args.device)
         lm = harness.LengenLM(model.to(device), tokenizer=tokenizer, method=args.method,
                               train_length=args.train_length, max_length=max_length, batch_size=args.batch_size)
+        start = time.perf_counter()
         with precision_context(args.precision, device):
             results = harness.evaluate(lm, tasks, manager, limit=args.limit, num_fewshot=args.num_fewshot,
                                        seed=args.seed, log_samples=args.log_samples)
+        seconds = time.perf_counter() - start
     record = {"model": str(Path(args.model_path).resolve()), "gguf_file": args.gguf_file,
               "fingerprint": model_fingerprint(args.model_path, args.gguf_file), "method": args.method,
               "max_length": lm.max_length, "train_length": args.train_length, "tasks": tasks,
               "metadata": {k: v for k, v in metadata.items() if k != "tokenizer"},
-              "command": "lengen " + " ".join(sys.argv[1:])}
+              "command": "lengen " + " ".join(sys.argv[1:]), "seconds": round(seconds, 1),
+              "lm_eval": results.get("lm_eval_version") or importlib.metadata.version("lm_eval"),
+              "environment": run_environment(device)}
     rows = harness.result_rows(results, args.method, lm.max_length)
     for row in rows:
         stderr = f" +- {row['stderr']:.4g}" if row["stderr"] is not None else ""

@@ -5,24 +5,20 @@ forward. Every method works, those no inference engine serves too (rerope, self_
 string, ...): lm-eval calls the patched transformers model as it is.
 
     import lengen.hf.harness   # registers the model type "lengen" with lm-eval
-    lm_eval.simple_evaluate(model="lengen", model_args="pretrained=DIR,method=self_extend,max_length=16384", ...)
+    lm_eval.simple_evaluate(model="lengen", model_args={"pretrained": DIR, "method": "self_extend:group=4,window=1024", "max_length": 16384}, ...)
 
 lm-eval 0.4.13 finds models only in its registry (no entry-point plugins), so its own `lm_eval`
-command sees "lengen" only after this module is imported: `python -m lengen.hf.harness ARGS` runs
-lm-eval's command line with it registered (--model_args as JSON when the spec has commas:
-'{"pretrained": "DIR", "method": "self_extend:group=4,window=1024", "max_length": 16384}'), and
-`lengen hf lm-eval` is lengen's own command.
+command sees "lengen" only after this module is imported: `python -m lengen.hf.harness_cli ARGS`
+is lm-eval's command line with it registered, and `lengen hf lm-eval` is lengen's own command.
 Needs lm-eval and accelerate (the `lmeval` extra)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import lm_eval
 import pandas as pd
-from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
@@ -75,6 +71,13 @@ class LengenLM(HFLM):
         self.lengen_method = method
         # HFLM warns that arguments are ignored for a loaded model: those are the loader's here
         super().__init__(pretrained=model, tokenizer=tokenizer, max_length=max_length, **kwargs)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None):
+        """lm-eval's command line: --model_args win over its --device and --batch_size (HFLM's
+        own would take both and fail on the repeated keyword)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
 
 
 def load_model(model_path: str, gguf_file: str | None = None, dtype: str = "float32", attn: str = "sdpa",
@@ -146,14 +149,3 @@ def save(results: dict, out: Path, record: dict, method: str, max_length: int | 
     columns = ["task", "metric", "filter", "value", "stderr", "n", "method", "max_length"]
     write_text(out / "results.csv", pd.DataFrame(rows, columns=columns).to_csv(index=False))
     return [out / "results.json", out / "results.csv", *paths]
-
-
-def main(argv: list[str] | None = None) -> None:
-    """lm-eval's own command line with the "lengen" model type registered:
-    python -m lengen.hf.harness --model lengen --model_args pretrained=DIR,method=SPEC,max_length=L --tasks T"""
-    sys.argv = [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]
-    cli_evaluate()
-
-
-if __name__ == "__main__":
-    main()

@@ -46,7 +46,7 @@ examples:
 Writes OUT/results.json (lm-eval's results, with a "lengen" entry: model, method, fingerprint,
 command), OUT/results.csv (task,metric,filter,value,stderr,n,method,max_length: one row per
 metric, for pandas) and with --log-samples OUT/samples_TASK.jsonl (each document's request and
-response). lm-eval's own command line: `python -m lengen.hf.harness --model lengen --model_args
+response). lm-eval's own command line: `python -m lengen.hf.harness_cli --model lengen --model_args
 '{"pretrained": "DIR", "method": "self_extend:group=4,window=1024", "max_length": 16384}' --tasks T`
 (JSON, since a spec has commas; lm-eval 0.4.13 has no plugin entry point, so plain
 `lm_eval --model lengen` does not find the model type). Needs lm-eval: pip install 'lengen[lmeval]'.
