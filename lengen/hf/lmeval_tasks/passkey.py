@@ -11,13 +11,18 @@ from lengen.protocols.passkey import make_trials, parse_answer
 ANSWER_TOKENS = 10   # the task's max_gen_toks: the prompt leaves room for them within max_length
 
 
-def dataset(tokenizer: str | None = None, length=None, max_length=None, trials=20, seed=0, **_):
-    if not tokenizer:
+def dataset(tokenizer: str | None = None, length=None, max_length=None, trials=20, seed=0,
+            pretrained=None, gguf_file=None, **_):
+    """`tokenizer`: a local tokenizer folder; else lm-eval's model_args (which it merges into the
+    metadata): `pretrained`, a local folder, with its `gguf_file` if any."""
+    source = tokenizer or (pretrained if isinstance(pretrained, str) else None)
+    if not source:
         raise ValueError("lengen_passkey sizes its prompts in tokens: give a local tokenizer folder in "
                          "the metadata (--metadata '{\"tokenizer\": \"DIR\", \"length\": 8192}')")
     if not (length or max_length):
         raise ValueError("lengen_passkey: give length (or max_length) in the metadata")
-    tok = AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(source, local_files_only=True,
+                                        **({"gguf_file": gguf_file} if gguf_file and not tokenizer else {}))
     target = int(length) if length else int(max_length) - ANSWER_TOKENS
     rows = [{"prompt": t.prompt, "key": str(t.key), "length": t.length, "prompt_tokens": len(t.prompt_ids)}
             for t in make_trials(lambda s: tok(s, add_special_tokens=False)["input_ids"], target,
