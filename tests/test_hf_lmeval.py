@@ -29,6 +29,7 @@ from lengen.cli import main  # noqa: E402
 from lengen.hf import extend, harness  # noqa: E402
 
 MAX_LENGTH = 256   # lm-eval's context: past the tiny model's 64 trained positions
+TOL = 2e-3         # nats: lm-eval's float32 log-softmax against this file's float64 one
 DOCS = ["def area(r):\n    return 3.14159 * r * r\n\nclass Point:\n    x = 0\n    y = 1\n" * 2,
         "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. " * 2]
 PAIRS = [{"question": "The grass is", "answer": "green. The sky is blue." * 3},
@@ -78,6 +79,14 @@ def offline(monkeypatch):
 def tiny(tmp_path_factory):
     """(model folder, task folder): the tiny Llama and two local tasks over JSON lines."""
     root = save_tiny_llama(tmp_path_factory.mktemp("lmeval"))
+    # sharper attention than a random init's, so that positions (and the methods) move the
+    # log-likelihoods by ~0.1 nats, far above the tolerance below
+    model = transformers.AutoModelForCausalLM.from_pretrained(root / "model", local_files_only=True)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight *= 8
+            layer.self_attn.k_proj.weight *= 8
+    model.save_pretrained(root / "model")
     tasks = root / "tasks"
     tasks.mkdir()
     (root / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
@@ -119,14 +128,16 @@ def test_rolling_loglikelihoods_are_the_extended_model_s_own(tiny, method):
         reported = reported[0] if isinstance(reported, (list, tuple)) else reported
         # one window: the prefix token (EOS: the tokenizer has no BOS), then every token scored
         expected = own_loglikelihood(model_dir, method, [tok.eos_token_id], ids)
-        assert reported == pytest.approx(expected, rel=1e-5, abs=1e-3), (method, doc[:20])
+        assert reported == pytest.approx(expected, rel=0, abs=TOL), (method, doc[:20])
 
 
 def test_a_method_changes_what_lm_eval_scores(tiny):
     """The patch reaches lm-eval's forward: beyond the trained length the numbers differ from rope's."""
     model_dir, tasks = tiny
-    scores = {m: [s["resps"][0][0] for s in run_tasks(model_dir, tasks, m, "tiny_docs")] for m in METHODS[:2]}
-    assert scores["rope"] != scores[METHODS[1]]
+    scores = {m: [s["resps"][0][0] for s in sorted(run_tasks(model_dir, tasks, m, "tiny_docs"),
+                                                    key=lambda s: s["doc_id"])] for m in METHODS}
+    for method in METHODS[1:]:
+        assert all(abs(a - b) > 10 * TOL for a, b in zip(scores["rope"], scores[method])), (method, scores)
 
 
 @pytest.mark.parametrize("method", ["rope", "self_extend:group=4,window=16"])
@@ -139,7 +150,7 @@ def test_continuation_loglikelihoods_are_the_extended_model_s_own(tiny, method):
         cont = tok(continuation, add_special_tokens=False)["input_ids"]
         assert len(ctx) + len(cont) > 64
         logprob, _greedy = sample["resps"][0][0]
-        assert logprob == pytest.approx(own_loglikelihood(model_dir, method, ctx, cont), rel=1e-5, abs=1e-3)
+        assert logprob == pytest.approx(own_loglikelihood(model_dir, method, ctx, cont), rel=0, abs=TOL)
 
 
 def test_the_command_writes_lm_eval_s_results_and_a_table(tiny, tmp_path, capsys):
