@@ -200,10 +200,11 @@ class Blocks:
                 if r["metric"] == "acc" or str(r["metric"]).isdigit():
                     low, high = wilson(round(value * n), n)
                     cell = f"{round(value * n)}/{n} = {value:.3f} [{low:.3f}, {high:.3f}]"
-                rows.append([r["task"], str(r["metric"]), r["method"], f"{int(r['max_length']):,}", cell])
+                rows.append((r["task"], r["method"], int(r["max_length"]), str(r["metric"]), cell))
         env = records[0]["environment"]
         model = records[0]["gguf_file"] or Path(records[0]["model"]).name
         minutes = sum(r["seconds"] for r in records) / 60
+        rows = [[task, metric, method, f"{length:,}", cell] for task, method, length, metric, cell in sorted(rows)]
         return (markdown_rows(["task", "metric", "method", "max length", "value (95% Wilson interval)"], rows)
                 + f"\n{model}, `lengen hf lm-eval` (lm-eval {records[0].get('lm_eval', '?')}); {env['device']}, "
                 f"{count_noun(env['threads'], 'thread')}; {versions(env)}; {minutes:,.1f} minutes of evaluation\n")
