@@ -1,5 +1,5 @@
-"""`lengen hf lm-eval`: lm-evaluation-harness tasks on a local Hugging Face model extended by any
-lengen method (lengen.hf.harness), lm-eval imported only when the command runs."""
+"""`lengen hf lm-eval`: lm-evaluation-harness tasks on a local Hugging Face model extended with any
+of lengen's methods (lengen.hf.harness); lm-eval is imported only when the command runs."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ YAML files in --include-path. Offline, a task over local files:
   doc_to_text: ""
   doc_to_target: "{{text}}"
   metric_list: [{metric: word_perplexity}, {metric: byte_perplexity}, {metric: bits_per_byte}]
-lengen ships two offline tasks, found without --include-path: lengen_passkey (passkey retrieval,
+Two offline tasks ship with lengen, found without --include-path: lengen_passkey (passkey retrieval,
 prompts of --max-length tokens made from a seed: --metadata '{"trials": 20, "seed": 0}') and
 lengen_longdoc (a template of the YAML above). --metadata reaches every task: lengen adds
 "tokenizer" (the model's tokenizer, as a local folder: lm-eval's ruler tasks and lengen_passkey
