@@ -14,7 +14,8 @@ export in docs/data/studies/ruoss2023-mini, computed by `lengen report`'s own fu
 `lm STUDY versus BASE` a language-model study's rows against BASE (`lengen report --versus`),
 `mlm STUDY hypotheses` Su's H1-H5 in a masked-LM study with paired intervals, `lmrun RUN` and
 `lmeval RUN PROTOCOL` a committed `lengen lm train` run and one of its `lengen lm eval` tables
-(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hftune NAME`
+(docs/data/lm/RUN), `hfeval NAME` a committed `lengen hf eval` (docs/data/hf/NAME), `hflmeval NAME`
+committed `lengen hf lm-eval` runs (docs/data/lmeval/NAME/*/), `hftune NAME`
 a committed `lengen hf tune` (docs/data/hftune/NAME; `hftune NAME evaluation`: its evaluation
 slice alone, for a cached search reported on other text), `inspect RUN` the `lengen inspect` example
 (docs/data/inspect/RUN), `hfexport list` which engines run which methods (`lengen hf export
@@ -65,6 +66,7 @@ from lengen.reports.lm_compare import lm_versus_text  # noqa: E402
 from lengen.reports.mlm_compare import hypotheses_markdown, mlm_versus_text, su_hypotheses  # noqa: E402
 from lengen.reports.load import load_sweep  # noqa: E402
 from lengen.reports.render import markdown, markdown_rows, simple_markdown  # noqa: E402
+from lengen.reports.stats import wilson  # noqa: E402
 from lengen.che.plots import plot_accuracy  # noqa: E402
 
 def doc_pages(docs: Path) -> list[Path]:
@@ -182,6 +184,30 @@ class Blocks:
         return (hf_result_table(result).rstrip("\n") + f"\n\n{model} ({meta['model_type']}, trained to {meta['train_length']:,} "
                 f"tokens), {meta['protocol']}, {size}; {meta['dtype']}, {meta['attn']}, {env['device']}{threads}; "
                 f"{versions(env)}; {seconds / 60:,.1f} minutes of evaluation\n")
+
+    def hflmeval(self, name: str) -> str:
+        """`hflmeval NAME`: committed `lengen hf lm-eval` runs (docs/data/lmeval/NAME/*/: each --out
+        folder's results.json and results.csv, one method at one --max-length) as one table: each
+        task's metric by method and length, with n; an accuracy (acc, or a RULER length's score,
+        one 0/1 per prompt for its single-needle tasks) with its Wilson 95% interval."""
+        rows, records = [], []
+        for folder in sorted(p for p in (self.data / "lmeval" / name).iterdir() if p.is_dir()):
+            record = io.read_json(folder / "results.json")["lengen"]
+            records.append(record)
+            for r in pd.read_csv(folder / "results.csv").to_dict("records"):
+                value, n = float(r["value"]), int(r["n"])
+                cell = f"{value:.3f}"
+                if r["metric"] == "acc" or str(r["metric"]).isdigit():
+                    low, high = wilson(round(value * n), n)
+                    cell = f"{round(value * n)}/{n} = {value:.3f} [{low:.3f}, {high:.3f}]"
+                rows.append((r["task"], r["method"], int(r["max_length"]), str(r["metric"]), cell))
+        env = records[0]["environment"]
+        model = records[0]["gguf_file"] or Path(records[0]["model"]).name
+        minutes = sum(r["seconds"] for r in records) / 60
+        rows = [[task, metric, method, f"{length:,}", cell] for task, method, length, metric, cell in sorted(rows)]
+        return (markdown_rows(["task", "metric", "method", "max length", "value (95% Wilson interval)"], rows)
+                + f"\n{model}, `lengen hf lm-eval` (lm-eval {records[0].get('lm_eval', '?')}); {env['device']}, "
+                f"{count_noun(env['threads'], 'thread')}; {versions(env)}; {minutes:,.1f} minutes of evaluation\n")
 
     def hftune(self, name: str, part: str = "all") -> str:
         """`hftune NAME`: a committed `lengen hf tune` (docs/data/hftune/NAME/tune.json): the settings

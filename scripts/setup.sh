@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up .venv with lengen and its test, HF, GGUF, sweep (Ray) and docs-site (MkDocs) extras, at the
+# Sets up .venv with lengen and its test, HF, GGUF, sweep (Ray), docs-site (MkDocs) and lm-eval extras, at the
 # versions in constraints.txt (what CI passed with), so the README's commands give the same
 # environment on any day. On another Python than the one constraints.txt was resolved for, or with
 # LENGEN_UNPINNED=1, it installs the newest releases within pyproject.toml's ranges instead (and
@@ -31,4 +31,4 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     "${pip[@]}" "$(grep '^torch==' constraints.txt)"
   fi
 fi
-"${pip[@]}" -e ".[dev,hf,gguf,sweep,docs]"
+"${pip[@]}" -e ".[dev,hf,gguf,sweep,docs,lmeval]"

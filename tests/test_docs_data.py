@@ -208,6 +208,49 @@ def test_an_hfeval_block_is_the_command_s_table_and_what_computed_it(copy):
     assert_block_follows_data(copy, "huggingface.md", "hfeval tiny-lastseg", expected, change)
 
 
+def test_the_docs_have_a_generated_block_for_every_committed_lm_eval_harness_run():
+    pages = docs_pages()
+    studies = sorted((ROOT / "docs" / "data" / "lmeval").iterdir())
+    assert studies, "no committed lengen hf lm-eval"
+    for folder in studies:
+        assert f"<!-- generated: hflmeval {folder.name} -->" in pages, folder.name
+
+
+def test_an_hflmeval_block_is_every_run_s_metrics_with_wilson_intervals(copy):
+    """Hand-made `lengen hf lm-eval` folders (docs/data/lmeval/NAME/RUN: results.json's "lengen"
+    record and results.csv) and their block, written out by hand: a row per task, metric, method
+    and length; an accuracy as correct/n with its Wilson 95% interval (1 of 2: 0.095..0.905,
+    0 of 2: 0..0.658), another metric as its value; the line naming model, device and versions."""
+    env = {"lengen_commit": "0123456789abcdef", "torch": "2.13.0+cpu", "transformers": "5.24.0",
+           "device": "cpu", "threads": 1}
+    runs = {"rope-8192": ("rope", 8192, "8192", 0.5), "yarn-8192": ("yarn:factor=2", 8192, "acc", 0.0),
+            "yarn-ppl": ("yarn:factor=2", 8192, "word_perplexity", 12.3456)}
+    root = copy / "data" / "lmeval" / "tiny"
+
+    def write(runs):
+        for name, (method, length, metric, value) in runs.items():
+            (root / name).mkdir(parents=True, exist_ok=True)
+            record = {"gguf_file": "m.gguf", "model": "/x/m", "seconds": 90.0, "lm_eval": "0.4.13",
+                      "environment": env}
+            (root / name / "results.json").write_text(json.dumps({"results": {}, "lengen": record}))
+            pd.DataFrame([{"task": "t", "metric": metric, "filter": "none", "value": value, "stderr": None,
+                           "n": 2, "method": method, "max_length": length}]).to_csv(root / name / "results.csv", index=False)
+
+    write(runs)
+    expected = ("| task | metric | method | max length | value (95% Wilson interval) |\n"
+                "|---|---|---|---|---|\n"
+                "| t | 8192 | rope | 8,192 | 1/2 = 0.500 [0.095, 0.905] |\n"
+                "| t | acc | yarn:factor=2 | 8,192 | 0/2 = 0.000 [0.000, 0.658] |\n"
+                "| t | word_perplexity | yarn:factor=2 | 8,192 | 12.346 |\n"
+                "\nm.gguf, `lengen hf lm-eval` (lm-eval 0.4.13); cpu, 1 thread; transformers 5.24.0, "
+                "torch 2.13.0+cpu, lengen 0123456789ab; 4.5 minutes of evaluation\n")
+
+    def change():
+        write({**runs, "yarn-8192": ("yarn:factor=2", 8192, "acc", 0.5)})
+
+    assert_block_follows_data(copy, "huggingface.md", "hflmeval tiny", expected, change)
+
+
 def test_the_docs_have_a_generated_block_for_every_committed_hf_tune():
     pages = docs_pages()
     tunes = sorted((ROOT / "docs" / "data" / "hftune").iterdir())

@@ -240,12 +240,12 @@ def test_the_floor_check_sees_sideways_and_upward_imports():
 
 
 #: what `import lengen` and any `--help` must not load (issue 49: the help printed after 3-5 s)
-HEAVY = ("torch", "scipy", "pandas", "matplotlib", "transformers", "ray")
+HEAVY = ("torch", "scipy", "pandas", "matplotlib", "transformers", "ray", "lm_eval", "datasets")
 
 
 def test_the_command_line_starts_without_heavy_libraries():
     """`import lengen`, `lengen --help` and the help of every command and subcommand (found in the
-    parser) load neither torch nor scipy, pandas, matplotlib, transformers or Ray: the parsers take
+    parser) load neither torch nor scipy, pandas, matplotlib, transformers, Ray nor lm-eval: the parsers take
     names and defaults from lengen.cli.parsers.values and name their handlers as strings. In a
     fresh interpreter, where other tests' imports cannot hide one; each help after the last, so a
     help that loads one is named."""

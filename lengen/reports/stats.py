@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 from scipy.stats import t as student_t
 
 LEVEL = 0.95
@@ -82,3 +83,15 @@ def paired(a: dict, b: dict) -> Paired:
     diffs = [a[k] - b[k] for k in keys]
     return Paired(summarize(diffs), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs),
                   sum(d == 0 for d in diffs))
+
+
+def wilson(correct: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of a proportion correct / n (an accuracy over n prompts): unlike
+    p +- z sqrt(p(1-p)/n) it stays within [0, 1] and is not empty at 0 or n correct."""
+    if n < 1:
+        return math.nan, math.nan
+    z = float(norm.ppf(0.5 + level / 2))
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -10,6 +10,7 @@ import argparse
 from lengen.cli.parsers import values
 from lengen.cli.parsers.common import (add_device_arguments, add_hf_loading_arguments, add_hf_model_arguments,
                                        parse_lengths, protocols_only)
+from lengen.cli.parsers.hf_lmeval import add_lmeval_parser
 from lengen.cli.parsers.hf_tune import add_tune_parser
 
 
@@ -100,6 +101,7 @@ def add_parser(sub) -> None:
                          precision_note="; see '--dtype and --precision' below")
     e.set_defaults(func="lengen.cli.hf:run_eval")
     add_tune_parser(hf_sub)
+    add_lmeval_parser(hf_sub)
     m = hf_sub.add_parser("methods", help="which methods apply to which layers of a model",
                           description=values.HF_METHODS_DOC,
                           formatter_class=argparse.RawDescriptionHelpFormatter,
