@@ -356,3 +356,21 @@ def test_a_mistral_layout_model_is_written_as_llama_cpp_s_llama(tmp_path, capsys
     diff = relative_diff(llama_cpp_logits(tmp_path / "out" / record["file"], ids),
                          lengen_logits(tmp_path / "mistral", "yarn:factor=4", ids))
     assert diff < RTOL["f32"], diff
+
+
+SMOLLM2 = Path(__file__).parent.parent / "docs" / "data" / "export" / "smollm2-yarn4-gguf" / ex.RECORD
+
+
+def test_the_committed_smollm2_record_is_a_checked_yarn_export():
+    """SmolLM2-135M-Instruct (its Q4_1 GGUF, trained to 8,192 tokens) at YaRN x4 as an f32 GGUF:
+    llama.cpp gave lengen.hf.extend's logits at 10,240 tokens within the export's tolerance (the
+    run is minutes on 2 cores, so its record is committed instead of run here)."""
+    record = json.loads(SMOLLM2.read_text())
+    assert record["spec"] == "yarn:factor=4" and record["engine"] == "llama.cpp" and record["gguf_type"] == "f32"
+    assert record["train_length"] == 8192 and record["tokenizer"].startswith("carried over from SmolLM2")
+    assert record["gguf_keys"]["llama.rope.scaling.type"] == "yarn"
+    assert record["gguf_keys"]["llama.rope.scaling.original_context_length"] == 8192
+    assert record["gguf_keys"]["llama.context_length"] == 32768
+    check = record["verified"]
+    assert check["tokens"] == 10240 and check["max_abs_diff"] <= check["tolerance"]
+    assert check["tolerance"] == pytest.approx(check["relative_tolerance"] * max(1.0, check["max_abs_logit"]))
