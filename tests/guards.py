@@ -1,10 +1,12 @@
-"""Helpers the tests share: interrupt a run at a chosen call, fail if a model is loaded, and find
-headless Chromium (the report page and the docs site render in it)."""
+"""Helpers the tests share: interrupt a run at a chosen call, fail if a model is loaded, a CLI
+refusal's one line, and find headless Chromium (the report page and the docs site render in it)."""
 
 import os
 import shutil
 
 import pytest
+
+from lengen.cli import main
 
 
 def interrupt_on_call(real, n: int):
@@ -36,3 +38,11 @@ def chromium() -> str:
     if os.environ.get("CI"):
         pytest.fail("CI must have headless Chromium (.ci/run installs Debian's chromium)")
     pytest.skip("no Chromium here (apt-get install chromium)")
+
+
+def refused(argv, capsys) -> str:
+    """The one error line of a `lengen` command that must refuse (exit 2, no traceback)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err

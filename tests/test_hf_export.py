@@ -19,6 +19,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from guards import refused  # noqa: E402
 from hf_families import tiny_family  # noqa: E402
 from tiny_llama import save_tiny_llama  # noqa: E402
 
@@ -206,13 +207,6 @@ def test_an_export_whose_logits_differ_is_not_kept(tiny, tmp_path, monkeypatch):
     with pytest.raises(Exception, match="differ"):
         ex.export(model, "pi:factor=4", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
-
-
-def refused(argv, capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -19,6 +19,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf", reason="the gguf package is not installed (pip install gguf)")
 
+from guards import refused  # noqa: E402
 from tiny_llama import TEXT, save_tiny_llama  # noqa: E402
 
 from lengen.cli import main  # noqa: E402
@@ -219,13 +220,6 @@ def test_self_extend_is_the_unchanged_file_and_its_llama_completion_flags(tiny, 
     keys, tensors = gguf_keys(tmp_path / "out" / record["file"])
     assert keys["llama.rope.scaling.type"] == "none" and keys["llama.context_length"] == L0
     assert "rope_freqs.weight" not in tensors
-
-
-def refused(argv, capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -334,8 +334,7 @@ def _save(model, folder: Path, updates: dict, max_positions: int) -> None:
     gguf = quantizer is not None and str(getattr(method, "value", method)) == "gguf"
     updates = {**updates, "max_position_embeddings": max_positions}
     missing = object()
-    saved = {key: config.__dict__.get(key, missing) if key == DCA_KEY else getattr(config, key)
-             for key in updates}
+    saved = {key: getattr(config, key, missing) for key in updates}   # DCA's key is new to the config
     quantization = config.__dict__.pop("quantization_config", None) if gguf else None
     try:
         for key, value in updates.items():
