@@ -386,19 +386,39 @@ print(json.dumps({"transformers": transformers.__version__,
 """
 
 
+def run_without_lengen(script: str, args, cwd: Path, failure: str) -> dict:
+    """The JSON last line `script` prints, run in a new Python process (-I, no PYTHONPATH) in which
+    `import lengen` fails; LengenError(`failure`: the last line of its stderr) when it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-I", "-c", script, *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env)
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise LengenError(f"lengen hf export: {failure}: {tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def reference_logits(model, spec: str, L0: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [1, n], float32 logits [1, n, vocab] on the CPU): `model` extended with `spec` on a
+    seeded random sequence, what every export must reproduce; the model is restored after."""
+    ids = torch.randint(0, int(model.config.vocab_size), (1, n), generator=torch.Generator().manual_seed(0))
+    extend(model, spec, train_length=L0)
+    try:
+        with torch.no_grad():
+            return ids, model.eval()(ids.to(model.device)).logits.float().cpu()
+    finally:
+        restore(model)
+
+
 def check_in_fresh_interpreter(folder: Path, ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """(logits, {"transformers": version, "warnings": [...]}) of the folder as plain transformers
     loads it, in a new Python process where `import lengen` fails."""
     with tempfile.TemporaryDirectory() as tmp:
         ids_path, out_path = Path(tmp) / "ids.pt", Path(tmp) / "logits.pt"
         torch.save(ids, ids_path)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        done = subprocess.run([sys.executable, "-I", "-c", _CHECK, str(folder), str(ids_path), str(out_path)],
-                              capture_output=True, text=True, cwd=tmp, env=env)
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise LengenError(f"lengen hf export: the exported folder does not load in plain transformers: {tail}")
-        return torch.load(out_path), json.loads(done.stdout.strip().splitlines()[-1])
+        loaded = run_without_lengen(_CHECK, [folder, ids_path, out_path], Path(tmp),
+                                    "the exported folder does not load in plain transformers")
+        return torch.load(out_path), loaded
 
 
 def export(model, spec: str, out, tokenizer=None, *, length: int | None = None,
@@ -425,14 +445,7 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
                           f"at chunk_size - local_size = {s} tokens, where DCA is plain RoPE (transformers "
                           "has no DCA to check further)")
     n = int(check_length or (s if dca else L0 + max(L0 // 4, 1)))
-    vocab = int(model.config.vocab_size)
-    ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
-    extend(model, spec, train_length=L0)
-    try:
-        with torch.no_grad():
-            expected = model.eval()(ids.to(model.device)).logits.float().cpu()
-    finally:
-        restore(model)
+    ids, expected = reference_logits(model, spec, L0, n)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     try:

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +38,6 @@ from lengen.extrapolation.yarn import yarn_mscale
 from lengen.hf import exporting as ex
 from lengen.hf.arch import inspect_model
 from lengen.hf.methods import build
-from lengen.hf.patch import extend, restore
 
 try:   # the gguf extra; without it the export refuses, saying how to install it
     import gguf
@@ -432,14 +428,9 @@ def llama_cpp_logits(path: Path, ids: torch.Tensor, work: Path) -> tuple[np.ndar
     """(logits [n, vocab] as a memory-mapped array, versions) of the GGUF on `ids` [1, n]."""
     ids_path, out_path = work / "ids.npy", work / "logits.npy"
     np.save(ids_path, ids[0].cpu().numpy().astype(np.int64))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    threads = str(max(1, torch.get_num_threads()))
-    done = subprocess.run([sys.executable, "-I", "-c", _CHECK, str(path), str(ids_path), str(out_path), threads],
-                          capture_output=True, text=True, cwd=work, env=env)
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise LengenError(f"lengen hf export: llama.cpp does not run the GGUF file: {tail}")
-    return np.load(out_path, mmap_mode="r"), json.loads(done.stdout.strip().splitlines()[-1])
+    versions = ex.run_without_lengen(_CHECK, [path, ids_path, out_path, max(1, torch.get_num_threads())], work,
+                                     "llama.cpp does not run the GGUF file")
+    return np.load(out_path, mmap_mode="r"), versions
 
 
 def _max_diff(got: np.ndarray, expected: torch.Tensor) -> tuple[float, float]:
@@ -493,13 +484,8 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None, 
               "lengen's two-attention Self-Extend: not compared" if p.command else llama_cpp_missing()
     expected = None
     if why_not is None:
-        ids = torch.randint(0, int(model.config.vocab_size), (1, n), generator=torch.Generator().manual_seed(0))
-        extend(model, p.spec, train_length=p.L0)
-        try:
-            with torch.no_grad():
-                expected = model.eval()(ids.to(model.device)).logits.float().cpu()[0]
-        finally:
-            restore(model)
+        ids, expected = ex.reference_logits(model, p.spec, p.L0, n)
+        expected = expected[0]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     name = file_name(source, p.spec, gguf_type)
