@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,21 @@ def _atomic(path: Path, write) -> None:
         if cause is e:
             raise
         raise cause from None
+
+
+@contextlib.contextmanager
+def atomic_folder(out: str | Path):
+    """A new folder that appears whole or not at all: the block writes into a temporary sibling
+    (yielded), renamed to `out` when the block ends, removed if it raises. `out` must not exist."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
+    try:
+        yield tmp
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_text(path: Path, text: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -446,9 +445,7 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
                           "has no DCA to check further)")
     n = int(check_length or (s if dca else L0 + max(L0 // 4, 1)))
     ids, expected = reference_logits(model, spec, L0, n)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
-    try:
+    with io.atomic_folder(out) as tmp:   # out does not exist (check_out)
         _save(model, tmp, updates, max_positions)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
@@ -473,8 +470,4 @@ its fingerprint, an `out` that already holds this export is returned as it is (e
                   "verified": {"what": what, "tokens": n, "max_abs_diff": diff,
                                "transformers": loaded["transformers"], "torch": torch.__version__}}
         io.write_json(tmp / RECORD, record)
-        tmp.rename(out)   # out does not exist (check_out): the folder appears whole or not at all
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return record

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -486,11 +485,9 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None, 
     if why_not is None:
         ids, expected = ex.reference_logits(model, p.spec, p.L0, n)
         expected = expected[0]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.resolve().parent))
     name = file_name(source, p.spec, gguf_type)
     arch = FAMILIES[model.config.model_type]
-    try:
+    with io.atomic_folder(out) as tmp:   # out does not exist (check_out)
         write(tmp / name, model, p, vocab, gguf_type)
         verified = None
         if expected is not None:
@@ -515,8 +512,4 @@ def export(model, spec: str, out, tokenizer=None, *, length: int | None = None, 
         if p.command:
             record["command"] = p.command.replace("FILE", name)
         io.write_json(tmp / ex.RECORD, record)
-        tmp.rename(out)   # out does not exist (check_out): the folder appears whole or not at all
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return record
