@@ -5,12 +5,14 @@ so tests drive it with a synthetic objective and a fake clock.
 
 Order of evaluation (every step round-robin over the methods, so a short budget still sees each):
   1. each method's documented default (with and without +logn),
-  2. the coarse grid,
-  3. refinement rounds: around each method's best finished setting, for one numeric option at a
+  2. the coarse grid (for dpe, its authors' sweep: one frequency group at a time, the others fixed),
+  3. settings built from the grid's scores, with or without refinement (dpe: the vector of each
+     group's best scale),
+  4. refinement rounds: around each method's best finished setting, for one numeric option at a
      time, the geometric midpoints sqrt(v * n) between its value v and the nearest values n tried
      below and above (at the edge of what was tried, one step outward instead, v^2 / n). A method
      keeps refining while a round improves its best; integer options stop when midpoints round
-     onto values already tried.
+     onto values already tried (dpe: each group's scale halved and doubled, see DpeSpace).
 Early stopping: a setting is scored sequence by sequence; after sequence i (before its last) it
 is dropped (status "stopped") when its mean NLL over sequences 0..i exceeds the best finished
 setting's mean over the same sequences by more than `margin` nats.
@@ -28,15 +30,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-DEFAULT, GRID, REFINE = "default", "grid", "refine"
+DEFAULT, GRID, ASSEMBLE, REFINE = "default", "grid", "assemble", "refine"
 
 
-def _round(value: float, integer: bool):
-    """Integers for sizes; factors to 4 significant digits, so a spec string reads back the same."""
+def _round(value, integer: bool):
+    """Integers for sizes; factors to 4 significant digits, so a spec string reads back the same;
+    a tuple (a vector option) element by element."""
+    if isinstance(value, tuple):
+        return tuple(_round(v, integer) for v in value)
     return max(1, int(round(value))) if integer else float(f"{value:.4g}")
 
 
 def _fmt(value) -> str:
+    if isinstance(value, tuple):   # a vector option: dpe's scales=4-4-2-16
+        return "-".join(map(_fmt, value))
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
@@ -82,6 +89,20 @@ class Space:
         names = list(self.grid)
         combos = [dict(zip(names, values)) for values in itertools.product(*self.grid.values())]
         return list(dict.fromkeys(s for c in combos if self.valid(c) for s in self.variants(c)))
+
+    def assembled(self, trials: list["Trial"], n_items: int) -> list[Setting]:
+        """Settings built from the scores of the coarse grid, tried after it (with or without
+        refinement); a grid space has none."""
+        return []
+
+    def around(self, best: Setting, tried: list[Setting]) -> list[Setting]:
+        """Refinement candidates around the method's best setting."""
+        return neighbours(self, best, tried)
+
+    def rivals(self, setting: Setting, other: Setting) -> bool:
+        """Whether early stopping holds `setting` against the finished `other`: here any setting,
+        so the bar is the best finished setting of the whole search."""
+        return True
 
 
 @dataclass
@@ -162,6 +183,7 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
     # stops where the first run stopped and a larger budget goes on from there
     state = {"out": False, "calls": 0, "replayed": 0.0, "mark": 0.0}
     defaults = {s.spec for sp in spaces for s in sp.defaults()}
+    by_method = {sp.method: sp for sp in spaces}
 
     def elapsed() -> float:
         return state["replayed"] + clock() - start
@@ -190,8 +212,9 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
                 if not trial.nll:   # never started: "not run", like the rest of the grid
                     del trials[setting.spec]
                 return
-            best = min((t for t in trials.values() if t.status(n_items) == "done"), key=lambda t: t.mean,
-                       default=None)
+            space = by_method[setting.method]
+            best = min((t for t in trials.values() if t.status(n_items) == "done" and space.rivals(setting, t.setting)),
+                       key=lambda t: t.mean, default=None)
             if progress is not None:
                 progress.set_description(f"{setting.spec} [{len(trial.nll) + 1}/{n_items}]")
             trial.nll.append(float(objective(setting, len(trial.nll))))
@@ -214,7 +237,12 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
     add_total(len(first) + len(grid))
     for setting in first + grid:
         run(setting, DEFAULT if setting in first else GRID)
-    by_method = {sp.method: sp for sp in spaces}
+    if not state["out"]:   # built from the whole grid's scores, never from part of them
+        built = _interleave([[s for s in sp.assembled(list(trials.values()), n_items) if s.spec not in trials]
+                             for sp in spaces])
+        add_total(len(built))
+        for setting in built:
+            run(setting, ASSEMBLE)
     active = set(by_method) if refine else set()
     rounds_left = max_rounds   # a safety net: every option is bounded, so a round ends anyway
     while active and not state["out"] and rounds_left > 0:
@@ -225,7 +253,7 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
             best = _best(trials, n_items, m)
             if best is not None:
                 tried = [t.setting for t in trials.values() if t.setting.method == m]
-                rounds[m] = [s for s in neighbours(by_method[m], best.setting, tried) if s.spec not in trials]
+                rounds[m] = [s for s in by_method[m].around(best.setting, tried) if s.spec not in trials]
         todo = _interleave([rounds[m] for m in by_method if rounds.get(m)])
         add_total(len(todo))
         for setting in todo:
@@ -293,6 +321,78 @@ def _dca(L0: int, L: int, logn: bool) -> Space:
                  valid=lambda o: 1 <= o["local_size"] < o["chunk_size"] <= L0 - 1, logn=logn)
 
 
+DPE_GROUPS = 8            # the authors' frequency groups of the rotary pairs, highest frequency first
+DPE_CANDIDATES = 8        # at most this many scales per group (the authors' 8 at 128k from 8k)
+
+
+@dataclass
+class DpeSpace(Space):
+    """DPE's per-group scales (option "scales": one integer per frequency group, written
+    "4-4-2-16-...") at a fixed window, searched as its authors detect them (their offline step A):
+    for each group in turn, every other group at `base`, that group's scale over grid["scales"];
+    then the vector of each group's best scale ("assembled"). Refinement: around the method's best
+    vector, each group's scale halved and doubled, the others kept, within grid["scales"]'s range."""
+    base: int = 1
+    groups: int = DPE_GROUPS
+
+    def _vector(self, scales: tuple) -> Setting:
+        return self.setting({"scales": scales, "window": self.default["window"]})
+
+    def coarse(self) -> list[Setting]:
+        sweep = [tuple(c if i == g else self.base for i in range(self.groups))
+                 for g in range(self.groups) for c in self.grid["scales"]]
+        return list(dict.fromkeys(self._vector(s) for s in sweep))   # the all-`base` vector once
+
+    def sweeps(self, setting: Setting) -> set[int]:
+        """The groups whose sweep holds `setting`: every group for the all-`base` vector, none for
+        a setting outside the sweep."""
+        if setting.method != self.method or setting.logn or setting.get("window") != self.default["window"]:
+            return set()
+        scales = setting.get("scales")
+        off = {i for i, v in enumerate(scales) if v != self.base}
+        if len(scales) != self.groups or len(off) > 1 or any(scales[i] not in self.grid["scales"] for i in off):
+            return set()
+        return off or set(range(self.groups))
+
+    def rivals(self, setting: Setting, other: Setting) -> bool:
+        """A sweep setting is held against its own group's settings only: another group's (or
+        method's) better score must not stop the candidate its group would keep."""
+        mine = self.sweeps(setting)
+        return not mine or bool(mine & self.sweeps(other))
+
+    def assembled(self, trials: list[Trial], n_items: int) -> list[Setting]:
+        """Each group's best finished scale of the sweep (the first tried among equals; `base` when
+        none of the group's settings finished), as one vector."""
+        done = [t for t in trials if t.status(n_items) == "done"]
+        best = []
+        for g in range(self.groups):
+            sweep = [t for t in done if g in self.sweeps(t.setting)]
+            best.append(min(sweep, key=lambda t: t.mean).setting.get("scales")[g] if sweep else self.base)
+        return [self._vector(tuple(best))]
+
+    def around(self, best: Setting, tried: list[Setting]) -> list[Setting]:
+        lo, hi = min(self.grid["scales"]), max(self.grid["scales"])
+        scales = best.get("scales")
+        out = [self._vector(scales[:g] + (v,) + scales[g + 1:]) for g in range(self.groups)
+               for v in (scales[g] // 2, scales[g] * 2) if lo <= v <= hi and v != scales[g]]
+        return [s for s in dict.fromkeys(out) if s not in tried]
+
+
+def dpe_space(L0: int, L: int, groups: int = DPE_GROUPS) -> DpeSpace:
+    """DPE at target length L from L0 (no +logn: the authors' sweep, at twice the cost otherwise).
+    Window W = L0 / 8 (the authors' 1024 at 8k); the other groups at 2 L / L0, rounded up to a
+    power of two (its largest far distance, (L - W) / s + W, then stays under L0 / 2 + W); each
+    group over the scales L / l for l = L, L / 2, ..., W: the powers of two 1 .. L / W, the
+    DPE_CANDIDATES largest when there are more. top-k is left to the method's default. Cost: the
+    sweep's groups x (candidates - 1) + 1 settings (the all-base vector is every group's), then
+    the assembled vector; refinement adds up to 2 x groups a round."""
+    window = max(1, L0 // 8)
+    scales = [1 << k for k in range(max(1, L // window).bit_length()) if (1 << k) * window <= L][-DPE_CANDIDATES:]
+    base = _pow2_from(2 * L / L0, 1)[0]
+    return DpeSpace("dpe", {"scales": scales, "window": [window]}, {"scales": (base,) * groups, "window": window},
+                    integer=("scales", "window"), logn=False, base=base, groups=groups)
+
+
 SPACES = {
     "self_extend": _self_extend,
     "dca": _dca,
@@ -302,6 +402,7 @@ SPACES = {
     "ntk": lambda L0, L, logn: _frequency("ntk", L0, L, logn),
     "dynamic": lambda L0, L, logn: _frequency("dynamic", L0, L, logn),
     "pi": lambda L0, L, logn: _frequency("pi", L0, L, logn),
+    "dpe": lambda L0, L, logn: dpe_space(L0, L),
 }
 DEFAULT_METHODS = ("self_extend", "dca", "rerope", "yarn")
 

@@ -20,9 +20,14 @@ with +logn unless --no-logn; each method's documented default is always tried fi
   leaky_rerope  window in L0/8, L0/4, L0/2 x factor: powers of two with w + (L - w) / k <= L0
                                                           (default window=L0/4, factor=16)
   yarn ntk dynamic pi   factor in s, 1.5s, 2s             (default s)
+  dpe           its authors' sweep of the 8 frequency groups' scales, window W = L0/8, no +logn:
+                each group in turn over 1, 2, 4, ... L/W (the 8 largest at most), the others at
+                2s rounded up to a power of two (the default); then the vector of each group's
+                best. Cost: 8 x (candidates - 1) + 2 settings (34 at 16k from 8k, 42 at 32k)
 then refinement: around each method's best, geometric midpoints between an option's value and the
 nearest values tried (one step outward at an edge), while a round improves; options stay in range
-(windows < L0, factors in 1..4s, the capacity rules above).
+(windows < L0, factors in 1..4s, the capacity rules above); dpe: each group's scale halved and
+doubled around the best vector, up to 16 settings a round.
 
 objective: last-segment perplexity (the final --segment targets of each sequence of L + 1 tokens)
 on the tune slice, the first --tune-docs sequences of --text. The chosen setting is then scored on

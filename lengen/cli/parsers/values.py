@@ -54,7 +54,7 @@ Per layer (lengen.hf.arch.Layer), with L0 the trained length:
 
 TUNE_METHODS = ['self_extend', 'dca', 'rerope', 'yarn']
 
-TUNE_SPACES = ['self_extend', 'dca', 'rerope', 'leaky_rerope', 'yarn', 'ntk', 'dynamic', 'pi']
+TUNE_SPACES = ['self_extend', 'dca', 'rerope', 'leaky_rerope', 'yarn', 'ntk', 'dynamic', 'pi', 'dpe']
 
 ARITH = _tree({
     'model': {
