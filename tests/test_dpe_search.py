@@ -4,6 +4,9 @@ are written out by hand from the authors' procedure (one group at a time, the ot
 
 import math
 
+import pytest
+
+from lengen.extrapolation import METHODS, RopeSpec, build_method
 from lengen.hf.search import dpe_space, search, spaces_for
 
 
@@ -134,3 +137,12 @@ def test_dpe_runs_beside_other_methods_and_each_keeps_its_own_grid():
     assert result.best(2).setting.method == "rerope"
     stages = [t.stage for t in result.trials]
     assert stages.index("assemble") > max(i for i, s in enumerate(stages) if s == "grid")
+
+
+@pytest.mark.skipif("dpe" not in METHODS, reason="the dpe method is not in lengen.extrapolation.METHODS on this branch")
+def test_every_spec_the_search_writes_builds():
+    # SmolLM2-135M's rotary dim (64: 32 pairs, 4 a group), 8k -> 32k; top-k from the method's default
+    sp = dpe_space(8192, 32768)
+    tried = sp.coarse()
+    for s in tried + sp.assembled([], 1) + sp.around(tried[0], tried):
+        build_method(s.spec, RopeSpec(rotary_dim=64, train_length=8192))

@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from lengen.cli import main  # noqa: E402
+from lengen.extrapolation import METHODS  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
 
 from guards import ModelLoaded, no_model  # noqa: E402
@@ -349,3 +350,54 @@ def test_no_better_than_compares_on_the_evaluation_slice(chosen, rope, default, 
     note = (f"note: on the evaluation slice the chosen setting ({score(chosen[0])}) is no better than "
             + " or ".join(names[r] for r in expected) + ": its lead on the tune slice did not carry over")
     assert (note in text.splitlines()) == bool(expected) and ("no better" in text) == bool(expected)
+
+
+def planted_dpe(optimum):
+    """ModelObjective.__call__'s stand-in: NLL 1 + sum_g (log2 s_g - log2 s*_g)^2 for a dpe spec,
+    9 for plain RoPE; no model."""
+    def call(self, setting, i):
+        spec = setting if isinstance(setting, str) else setting.spec
+        if spec == "rope":
+            return 9.0
+        scales = [int(v) for v in spec.split("scales=")[1].split(",")[0].split("-")]
+        return 1.0 + sum((math.log2(s) - math.log2(o)) ** 2 for s, o in zip(scales, optimum))
+    return call
+
+
+def test_methods_dpe_sweeps_one_group_at_a_time_and_reports_the_assembled_vector(model_dir, tmp_path, monkeypatch):
+    """`--methods dpe` end to end through the CLI with a planted objective in place of the model
+    (so the dpe method itself is not needed): L0 = 64, L = 128, so W = 8, the other groups at
+    2 x 128 / 64 = 4 and each group over 1, 2, 4, 8, 16."""
+    import lengen.hf.tuning as tuning
+
+    monkeypatch.setattr(tuning.ModelObjective, "__call__", planted_dpe((16, 1, 4, 4, 2, 4, 4, 8)))
+    monkeypatch.setattr(tuning, "load", no_model)
+    out = tmp_path / "out"
+    assert main(tune_args(model_dir, out, "--methods", "dpe", "--no-refine")) == 0
+    result = json.loads((out / "tune.json").read_text())
+    assert result["chosen"] == "dpe:scales=16-1-4-4-2-4-4-8,window=8" and result["tune_ppl"] == pytest.approx(math.e)
+    ranking = result["ranking"]
+    assert ranking[0]["stage"] == "assemble" and ranking[0]["status"] == "done"
+    # 8 groups x 4 scales besides the base, the all-4 vector (the default) and the assembled one
+    assert len(ranking) == 8 * 4 + 2 and {r["status"] for r in ranking} == {"done", "stopped"}
+    # a setting its own group's best beats by > 0.5 nats stops after one sequence
+    assert result["meta"]["new_evaluations"] == sum(r["sequences"] for r in ranking) < (8 * 4 + 2) * 2
+    assert [r["spec"] for r in ranking if r["default"]] == ["dpe:scales=4-4-4-4-4-4-4-4,window=8"]
+    evaluation = {e["role"]: e["spec"] for e in result["evaluation"]}
+    assert evaluation == {"chosen": "dpe:scales=16-1-4-4-2-4-4-8,window=8", "rope": "rope",
+                          "default": "dpe:scales=4-4-4-4-4-4-4-4,window=8"}
+    assert result["call"] == 'lengen.hf.extend(model, "dpe:scales=16-1-4-4-2-4-4-8,window=8")'
+
+
+@pytest.mark.skipif("dpe" not in METHODS,
+                    reason="the dpe method is not in lengen.extrapolation.METHODS on this branch")
+def test_methods_dpe_on_the_tiny_model_reports_last_segment_perplexity(model_dir, tmp_path):
+    out = tmp_path / "out"
+    assert main(tune_args(model_dir, out, "--methods", "dpe", "--no-refine")) == 0
+    result = json.loads((out / "tune.json").read_text())
+    b = ids_of(TEXTS["b.txt"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()
+    for e in result["evaluation"]:
+        assert e["eval_ppl"] == pytest.approx(last_segment_ppl(model, [b[:L + 1], b[L + 1:2 * L + 2]], e["spec"]),
+                                              rel=1e-5)
+    assert {r["stage"] for r in result["ranking"]} <= {"default", "grid", "assemble"}

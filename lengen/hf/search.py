@@ -237,7 +237,7 @@ def search(spaces: list[Space], objective: Callable[[Setting, int], float], n_it
     add_total(len(first) + len(grid))
     for setting in first + grid:
         run(setting, DEFAULT if setting in first else GRID)
-    if not state["out"]:   # built from the whole grid's scores, never from part of them
+    if not state["out"]:   # built from the whole grid's scores (out of budget: nothing more is scored)
         built = _interleave([[s for s in sp.assembled(list(trials.values()), n_items) if s.spec not in trials]
                              for sp in spaces])
         add_total(len(built))
