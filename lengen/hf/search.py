@@ -15,7 +15,8 @@ Order of evaluation (every step round-robin over the methods, so a short budget 
      onto values already tried (dpe: each group's scale halved and doubled, see DpeSpace).
 Early stopping: a setting is scored sequence by sequence; after sequence i (before its last) it
 is dropped (status "stopped") when its mean NLL over sequences 0..i exceeds the best finished
-setting's mean over the same sequences by more than `margin` nats.
+setting's mean over the same sequences by more than `margin` nats (Space.rivals: for a setting of
+dpe's sweep, the best finished setting of its own group's sweep).
 Budget: before every sequence, if `budget_s` seconds of search have passed, the search ends with
 what it has (a setting cut short is "unfinished"). Settings found in `cache` are not scored again,
 but the seconds they took when scored count against the budget: rerunning with the same budget
