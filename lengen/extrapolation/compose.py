@@ -86,6 +86,16 @@ class ComposedMethod(ExtrapolationMethod):
     def relative_positions(self, pos_q, pos_k):
         return (self.remap or self.frequency).relative_positions(pos_q, pos_k)
 
+    def for_layer(self, layer):
+        remap = None if self.remap is None else self.remap.for_layer(layer)
+        if remap is self.remap:
+            return self
+        # one composition per layer, kept: every forward asks again
+        layers = self.__dict__.setdefault("_layers", {})
+        if layer not in layers or layers[layer].remap is not remap:
+            layers[layer] = ComposedMethod(self.frequency, remap, self.scale)
+        return layers[layer]
+
     def window_problem(self):
         # a frequency method beside it stretches the trained range by its factor: not checked then
         if self.remap is None or self.frequency.name != "rope":
