@@ -74,7 +74,7 @@ def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None,
 
 def _folder_tokenizer(model: nn.Module):
     path = getattr(model.config, "_name_or_path", "") or ""
-    if not Path(path).is_dir():
+    if not path or not Path(path).is_dir():
         raise LengenError("dpe: calibrating the key pairs needs text: pass calibration= (token ids [N, T] "
                           "or a tokenizer), or topk= every pair (no calibration); the model has no local "
                           "folder to read a tokenizer from")
