@@ -352,3 +352,13 @@ def test_lm_eval_calibrates_on_validation_windows_and_decodes_like_full_forwards
     other = Dpe.from_options(model.rope_spec(), {"scales": "2-4", "window": 4, "topk": 4})
     with torch.no_grad():
         assert not torch.equal(model(x, method=other), full)   # the mask is used (6 steps: positions barely matter)
+
+
+def test_weights_digest_follows_an_in_place_change(tiny):
+    from lengen.hf.calibration import weights_digest
+
+    before = weights_digest(tiny)
+    assert weights_digest(tiny) == before
+    with torch.no_grad():
+        tiny.model.layers[0].self_attn.q_proj.weight[0, 0] += 1.0
+    assert weights_digest(tiny) != before

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -84,13 +85,23 @@ def _folder_tokenizer(model: nn.Module):
 
 
 def weights_digest(model: nn.Module) -> str:
-    """sha256 (20 hex) over the model's state dict: names, dtypes, shapes and bytes."""
+    """sha256 (20 hex) over the model's state dict: names, dtypes, shapes and bytes. Kept per model
+    object while no tensor is replaced or changed in place (storage and version counter): hf eval
+    and hf tune extend the same model once per method, and reading 16 GB each time is seconds."""
+    tensors = sorted(model.state_dict().items())
+    stamp = tuple((name, t.data_ptr(), t._version) for name, t in tensors)
+    if model in _DIGESTS and _DIGESTS[model][0] == stamp:
+        return _DIGESTS[model][1]
     digest = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
+    for name, t in tensors:
         t = t.detach().reshape(-1).contiguous().cpu()
         digest.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
         digest.update(t.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:20]
+    _DIGESTS[model] = (stamp, digest.hexdigest()[:20])
+    return _DIGESTS[model][1]
+
+
+_DIGESTS: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def dpe_key_pairs(model: nn.Module, dpe: Dpe, calibration=None, train_length: int | None = None,
