@@ -362,3 +362,36 @@ def test_weights_digest_follows_an_in_place_change(tiny):
     with torch.no_grad():
         tiny.model.layers[0].self_attn.q_proj.weight[0, 0] += 1.0
     assert weights_digest(tiny) != before
+
+
+def test_flex_passes_match_the_naive_reference():
+    """The FlexAttention passes (CUDA's path; forced here: eager flex on CPU) with DPE's per-pair far q, k."""
+    from lengen.kernels import flex_remap
+
+    old = flex_remap.mode()
+    flex_remap.set_mode("force")
+    try:
+        q, k, v = qkv(40)
+        pos = torch.arange(40)[None]
+        out = dpe(SPEC).attend(q.float(), k.float(), v.float(), pos, pos, 0.25)
+    finally:
+        flex_remap.set_mode(old)
+    K, V = k.repeat_interleave(2, 1)[0], v.repeat_interleave(2, 1)[0]
+    expected = naive_dpe(q[0], K, V, pos[0], pos[0], 6, PAIR_SCALE, MASK, 0.25)
+    torch.testing.assert_close(out[0].double(), expected, atol=1e-4, rtol=0)
+
+
+def test_composes_with_logn_per_layer():
+    """dpe+logn: the layer's key pairs reach the composed method, and log-n scales q as for self_extend."""
+    m = build_method(SPEC + "+logn", ROPE)
+    m.remap.set_key_pairs({0: MASK, 1: ~MASK})
+    layer0 = m.for_layer(0)
+    assert torch.equal(layer0.remap.mask, MASK) and torch.equal(m.for_layer(1).remap.mask, ~MASK)
+    assert m.for_layer(0) is layer0                                  # one composition per layer, kept
+    T = 100
+    q, k, v = qkv(T)
+    pos = torch.arange(T)[None]
+    logn = (torch.log(pos[0].double() + 1) / math.log(64)).clamp(min=1)[:, None]
+    out = layer0.attend(q, k, v, pos, pos, 0.25)
+    torch.testing.assert_close(out, dpe(SPEC).attend(q * logn, k, v, pos, pos, 0.25), atol=1e-6, rtol=0)
+    assert (out - dpe(SPEC).attend(q, k, v, pos, pos, 0.25)).abs().max() > 1e-3

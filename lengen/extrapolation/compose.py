@@ -5,7 +5,7 @@ e.g. "rope", "pi:factor=4", "yarn:factor=4,beta_fast=32", "rerope:window=128+log
 "dynamic:factor=2+self_extend:group=4,window=256+logn". Values parse as int, float, true/false,
 none, else string. A spec holds at most one frequency method (rope, pi, ntk, dynamic, yarn,
 llama3; default rope), at most one remapping method (rerope, leaky_rerope, self_extend, lambda,
-sinks) and at most one logn.
+sinks, dca, string, dpe) and at most one logn.
 """
 
 from __future__ import annotations
