@@ -395,3 +395,14 @@ def test_composes_with_logn_per_layer():
     out = layer0.attend(q, k, v, pos, pos, 0.25)
     torch.testing.assert_close(out, dpe(SPEC).attend(q * logn, k, v, pos, pos, 0.25), atol=1e-6, rtol=0)
     assert (out - dpe(SPEC).attend(q, k, v, pos, pos, 0.25)).abs().max() > 1e-3
+
+
+def test_soft_capped_gemma2_is_refused_before_any_calibration():
+    pytest.importorskip("transformers")
+    from hf_families import tiny_family
+
+    from lengen.hf import extend
+
+    # no calibration text and no folder: the refusal must come from the layer check, first
+    with pytest.raises(LengenError, match="soft-caps its attention logits"):
+        extend(tiny_family("gemma2", "eager"), "dpe:scales=2-3-4-8,window=12")

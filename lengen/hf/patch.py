@@ -167,7 +167,7 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
     DPE with topk below every pair first calibrates its key pairs (lengen.hf.calibration): on
     `calibration=` token ids [N, T] or a tokenizer, else the model folder's tokenizer, over the
-    standard library's text; cached.
+    standard library's text; cached (other methods ignore `calibration`).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
     return _extend(model, method, dict(options))
 
@@ -202,14 +202,6 @@ def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module
     extended = [layer for layer in parts.layers if layer.extended(train_length)]
     methods, spec = _methods_by_table(method, options, parts, train_length, extended)
     method_obj = methods.get("full_attention", next(iter(methods.values())))
-    dpes = [part for part in map(dpe_part, methods.values()) if part is not None and part.needs_calibration]
-    if dpes:
-        # calibration runs the model through observe() here: imported on use (a cycle at the top)
-        from lengen.hf.calibration import dpe_key_pairs
-
-        key_pairs = dpe_key_pairs(model, dpes[0], calibration, train_length)
-        for part in dpes:
-            part.set_key_pairs(key_pairs)
     if method_obj.rope.rotary_dim != parts.head_dim:
         raise LengenError(f"rotary_dim={method_obj.rope.rotary_dim} differs from the model's "
                           f"head_dim {parts.head_dim}; partial rotary is not supported")
@@ -222,6 +214,15 @@ def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module
         parts = inspect_model(model, require_attention=True)
         extended = [layer for layer in parts.layers if layer.extended(train_length)]
         _check_layers(spec, method_obj, extended)
+    # after every check, before the model is touched
+    dpes = [part for part in map(dpe_part, methods.values()) if part is not None and part.needs_calibration]
+    if dpes:
+        # calibration runs the model through observe() here: imported on use (a cycle at the top)
+        from lengen.hf.calibration import dpe_key_pairs
+
+        key_pairs = dpe_key_pairs(model, dpes[0], calibration, train_length)
+        for part in dpes:
+            part.set_key_pairs(key_pairs)
     rotary = parts.rotary
     ext = Extension(spec=spec, method=method_obj, parts=parts, route=route, observer=observer,
                     saved={key: (parts.tables[key].inv_freq, parts.tables[key].attention_scaling)
