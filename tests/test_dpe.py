@@ -207,7 +207,7 @@ def ids(batch=2, length=32, seed=3):
 
 
 def test_capture_hands_over_pre_rope_q_and_k(tiny):
-    from lengen.hf.calibration import capture_qk
+    from lengen.hf.patch import capture_qk
 
     seen = {}
     capture_qk(tiny, ids(1, 20), lambda layer, q, k: seen.setdefault(layer, (q, k)))
@@ -222,30 +222,28 @@ def test_capture_hands_over_pre_rope_q_and_k(tiny):
     assert tiny not in EXTENDED                                   # left as it was
 
 
-def test_calibration_cache_reuse_and_a_damaged_file_rebuilt(tiny, capsys, monkeypatch):
+def test_calibration_cache_reuse_and_a_damaged_file_rebuilt(tiny, capsys):
     import lengen.hf.calibration as cal
+    from lengen.hf.patch import capture_qk
 
     method = build_method("dpe:scales=2-4-8-16,window=8,topk=3", RopeSpec(rotary_dim=16, train_length=32))
-    first = cal.dpe_key_pairs(tiny, method, ids())
+    first = cal.dpe_key_pairs(tiny, method, capture_qk, ids())
     assert sorted(first) == [0, 1] and all(m.shape == (4, 8) and (m.sum(-1) == 3).all() for m in first.values())
     files = list((cal.io.cache_root() / "dpe").glob("*.json"))
     assert len(files) == 1
-    real = cal.capture_qk
-    monkeypatch.setattr(cal, "capture_qk", lambda *a, **k: pytest.fail("calibrated again"))
-    again = cal.dpe_key_pairs(tiny, method, ids())
+    again = cal.dpe_key_pairs(tiny, method, lambda *a: pytest.fail("calibrated again"), ids())
     assert all(torch.equal(again[l], first[l]) for l in first)
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(cal, "capture_qk", real)
     for damage, said in [(lambda t: t[: len(t) // 2], "is damaged (not JSON"),
                          (lambda t: t.replace('"topk": 3', '"topk": 4'), "holds the key pairs of other settings"),
                          (lambda t: json.dumps({**json.loads(t), "layers": {"0": [[9, 1, 2]]}}), "is damaged (layer '0'")]:
         files[0].write_text(damage(files[0].read_text()))
-        rebuilt = cal.dpe_key_pairs(tiny, method, ids())
+        rebuilt = cal.dpe_key_pairs(tiny, method, capture_qk, ids())
         err = capsys.readouterr().err
         assert str(files[0]) in err and said in err, err
         assert all(torch.equal(rebuilt[l], first[l]) for l in first)
         assert json.loads(files[0].read_text())["settings"]["topk"] == 3        # written again, whole
-    other = cal.dpe_key_pairs(tiny, method, ids(seed=4))                        # other text: another file
+    other = cal.dpe_key_pairs(tiny, method, capture_qk, ids(seed=4))                        # other text: another file
     assert len(list((cal.io.cache_root() / "dpe").glob("*.json"))) == 2 and other.keys() == first.keys()
 
 

@@ -153,7 +153,7 @@ class Dpe(RemapMethod):
 
 
 class PairScores:
-    """A reducer for a calibration pass (lengen.hf.calibration.capture_qk, lengen.lm.methods):
+    """A reducer for a calibration pass (lengen.hf.patch.capture_qk, lengen.lm.methods.capture_qk):
     called as reducer(layer, q, k) with a layer's un-rotated q [B, H, Tq, d] and k [B, Hk, Tk, d]
     (half-split layout), it sums |q_t[h, j]| |k_t[kv(h), j]| over tokens t (the key of the same
     token: the last Tq keys), pair j = channels (j, j + r/2) of the r = rotary_dim rotated ones."""

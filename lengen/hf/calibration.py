@@ -1,12 +1,11 @@
-"""Calibration passes: run a transformers causal LM on token ids and hand each layer's UN-rotated
-queries and keys to a reducer (`capture_qk`), and DPE's key frequency pairs built on it
-(`dpe_key_pairs`), cached.
+"""Calibration for methods that read a model's q and k first: the text (`calibration_ids`), the
+model's identity (`weights_digest`) and DPE's key frequency pairs (`dpe_key_pairs`), cached.
 
-    capture_qk(model, ids, reducer)         # reducer(layer_index, q [B,H,T,d], k [B,Hkv,T,d])
+The capture itself is lengen.hf.patch.capture_qk (a transformers causal LM run on token ids, each
+layer's UN-rotated q and k handed to a reducer, on lengen's own attention route: patch.observe);
+`dpe_key_pairs` takes it as an argument, since lengen.hf.extend (patch) calls this module.
 
-The capture is lengen's own attention route (lengen.hf.patch.observe): the rotary tables are the
-identity, so the attention function receives q and k before RoPE (half-split layout), and the
-model otherwise computes what it computes unextended.
+    patch.capture_qk(model, ids, reducer)   # reducer(layer_index, q [B,H,T,d], k [B,Hkv,T,d])
 
 DPE's key pairs (Lu et al. 2025): per layer and head, the top-k pairs by the mean over tokens of
 |q_t[h, j]| |k_t[kv(h), j]| (lengen.extrapolation.dpe.PairScores). The text is, by default, the
@@ -35,26 +34,13 @@ from lengen.data import load_documents, long_sequences
 from lengen.errors import LengenError
 from lengen.extrapolation.dpe import Dpe, PairScores, top_pairs
 from lengen.hf.loading import bos_prefix, corpus_encoder
-from lengen.hf.patch import observe
 
 CALIBRATION_SEQUENCES = 4
 CALIBRATION_TOKENS = 2048
 CACHE_VERSION = 1
 
 Reducer = Callable[[int, torch.Tensor, torch.Tensor], None]
-
-
-@torch.no_grad()
-def capture_qk(model: nn.Module, ids: torch.Tensor, reducer: Reducer, batch_size: int = 1) -> None:
-    """Run `model` (a transformers causal LM, not extended) on token ids [N, T], batch_size
-    sequences per forward, without gradients or KV cache, calling reducer(layer_index, q, k) in
-    every RoPE layer with its un-rotated q [B, H, T, d] and k [B, Hkv, T, d] (half-split channel
-    layout: pair j = channels j and j + d/2). NoPE layers are not reported. The model is left as
-    it was."""
-    device = next(model.parameters()).device
-    with observe(model, reducer):
-        for chunk in ids.split(batch_size):
-            model(chunk.to(device), use_cache=False)
+Capture = Callable[[nn.Module, torch.Tensor, Reducer], None]   # lengen.hf.patch.capture_qk
 
 
 def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None, length: int | None = None,
@@ -104,9 +90,10 @@ def weights_digest(model: nn.Module) -> str:
 _DIGESTS: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
-def dpe_key_pairs(model: nn.Module, dpe: Dpe, calibration=None, train_length: int | None = None,
+def dpe_key_pairs(model: nn.Module, dpe: Dpe, capture: Capture, calibration=None, train_length: int | None = None,
                   use_cache: bool = True) -> dict[int, torch.Tensor]:
-    """{layer index: [H, n_pairs] bool} of `dpe.topk` pairs per head, for DPE on `model`.
+    """{layer index: [H, n_pairs] bool} of `dpe.topk` pairs per head, for DPE on `model`, scored
+    by lengen.extrapolation.dpe.PairScores over `capture` (lengen.hf.patch.capture_qk).
     `calibration`: token ids [N, T], a tokenizer (the standard library's text), or None (the
     tokenizer in the model's folder); sequences of min(train_length, CALIBRATION_TOKENS) tokens.
     Cached (module docstring) unless use_cache is False."""
@@ -126,7 +113,7 @@ def dpe_key_pairs(model: nn.Module, dpe: Dpe, calibration=None, train_length: in
             return cached
         print(f"note: {path} {problem}; calibrating the DPE key pairs again", file=sys.stderr)
     scores = PairScores(2 * dpe.n_pairs)
-    capture_qk(model, ids, scores)
+    capture(model, ids, scores)
     pairs = top_pairs(scores.scores(), dpe.topk)
     if use_cache:
         io.write_json(path, {"settings": key, "layers": {

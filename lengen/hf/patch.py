@@ -32,6 +32,7 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
+from lengen.hf.calibration import dpe_key_pairs
 from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.tracker import PositionTracker
@@ -187,6 +188,19 @@ def observe(model: nn.Module, observer):
         restore(model)
 
 
+@torch.no_grad()
+def capture_qk(model: nn.Module, ids: torch.Tensor, reducer, batch_size: int = 1) -> None:
+    """Run `model` (a transformers causal LM, not extended) on token ids [N, T], batch_size
+    sequences per forward, without gradients or KV cache, calling reducer(layer_index, q, k) in
+    every RoPE layer with its un-rotated q [B, H, T, d] and k [B, Hkv, T, d] (half-split channel
+    layout: pair j = channels j and j + d/2). NoPE layers are not reported. The model is left
+    as it was. The calibration pass of DPE (lengen.hf.calibration)."""
+    device = next(model.parameters()).device
+    with observe(model, reducer):
+        for chunk in ids.split(batch_size):
+            model(chunk.to(device), use_cache=False)
+
+
 def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module:
     if model in EXTENDED:
         raise LengenError(f"the model is already extended with {EXTENDED[model].spec!r}; "
@@ -217,10 +231,7 @@ def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module
     # after every check, before the model is touched
     dpes = [part for part in map(dpe_part, methods.values()) if part is not None and part.needs_calibration]
     if dpes:
-        # calibration runs the model through observe() here: imported on use (a cycle at the top)
-        from lengen.hf.calibration import dpe_key_pairs
-
-        key_pairs = dpe_key_pairs(model, dpes[0], calibration, train_length)
+        key_pairs = dpe_key_pairs(model, dpes[0], capture_qk, calibration, train_length)
         for part in dpes:
             part.set_key_pairs(key_pairs)
     rotary = parts.rotary
