@@ -128,6 +128,8 @@ def test_spec_and_defaults():
     d = build_method("dpe:scales=8-8", RopeSpec(rotary_dim=128, train_length=8192))
     assert (d.window, d.topk, d.needs_calibration) == (1024, 48, True)      # L0 / 8, 3/4 of the pairs
     assert not build_method("dpe:scales=8,topk=64", RopeSpec(rotary_dim=128)).needs_calibration
+    listed = Dpe.from_options(ROPE, {"scales": [2, 2.5, 4.0, 8], "window": 6})
+    assert str(listed) == "dpe:scales=2-2.5-4-8,window=6" and str(build_method(str(listed), ROPE)) == str(listed)
 
 
 @pytest.mark.parametrize("spec,message", [

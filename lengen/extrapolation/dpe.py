@@ -87,6 +87,13 @@ class Dpe(RemapMethod):
         self.mask: torch.Tensor | None = None                  # this layer's (for_layer); None: every pair
         self._layers: dict = {}
 
+    @classmethod
+    def from_options(cls, rope, options=None):
+        method = super().from_options(rope, options)
+        if "scales" in method.options:   # a list given in Python reads back as a spec: "4-4-2"
+            method.options["scales"] = "-".join(repr(s) if s != int(s) else str(int(s)) for s in method.scales)
+        return method
+
     # ---- key pairs ------------------------------------------------------------------------------
     @property
     def needs_calibration(self) -> bool:
