@@ -67,7 +67,11 @@ def _folder_tokenizer(model: nn.Module):
                           "folder to read a tokenizer from")
     import transformers   # optional (lengen[hf]): imported on use
 
-    return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise LengenError(f"dpe: calibrating the key pairs needs the tokenizer in {path}, which does not load "
+                          f"({str(e).splitlines()[0][:160]}): pass calibration= (token ids [N, T] or a tokenizer)") from None
 
 
 def weights_digest(model: nn.Module) -> str:
