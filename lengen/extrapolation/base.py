@@ -106,6 +106,11 @@ class ExtrapolationMethod:
         delta = pos_q.double()[:, :, None] - pos_k.double()[:, None, :]
         return delta.masked_fill(delta < 0, float("nan"))
 
+    def for_layer(self, layer: int) -> "ExtrapolationMethod":
+        """The method as attention layer `layer` applies it: itself, except for methods with
+        per-layer state (DPE's key frequency pairs). Callers that know the layer call it."""
+        return self
+
     def window_problem(self) -> str | None:
         """Why these options cannot keep a model trained on rope.train_length tokens within the
         distances it saw (a remapping window at or past that length), in the spec's terms; None

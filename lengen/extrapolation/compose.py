@@ -5,7 +5,7 @@ e.g. "rope", "pi:factor=4", "yarn:factor=4,beta_fast=32", "rerope:window=128+log
 "dynamic:factor=2+self_extend:group=4,window=256+logn". Values parse as int, float, true/false,
 none, else string. A spec holds at most one frequency method (rope, pi, ntk, dynamic, yarn,
 llama3; default rope), at most one remapping method (rerope, leaky_rerope, self_extend, lambda,
-sinks) and at most one logn.
+sinks, dca, string, dpe) and at most one logn.
 """
 
 from __future__ import annotations
@@ -85,6 +85,16 @@ class ComposedMethod(ExtrapolationMethod):
 
     def relative_positions(self, pos_q, pos_k):
         return (self.remap or self.frequency).relative_positions(pos_q, pos_k)
+
+    def for_layer(self, layer):
+        remap = None if self.remap is None else self.remap.for_layer(layer)
+        if remap is self.remap:
+            return self
+        # one composition per layer, kept: every forward asks again
+        layers = self.__dict__.setdefault("_layers", {})
+        if layer not in layers or layers[layer].remap is not remap:
+            layers[layer] = ComposedMethod(self.frequency, remap, self.scale)
+        return layers[layer]
 
     def window_problem(self):
         # a frequency method beside it stretches the trained range by its factor: not checked then

@@ -33,6 +33,11 @@ def constant_positions(pos: torch.Tensor, value: float) -> torch.Tensor:
     return torch.full((*pos.shape[:-1], 1), float(value), dtype=torch.float64, device=pos.device)
 
 
+def rotate(x: torch.Tensor, pos: torch.Tensor | None, inv_freq: torch.Tensor) -> torch.Tensor:
+    """x rotated by RoPE at positions pos [B|1, T]; x itself where pos is None (position 0)."""
+    return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
+
+
 class RemapMethod(ExtrapolationMethod):
     kind = "remap"
     remaps = True
@@ -84,11 +89,14 @@ class RemapMethod(ExtrapolationMethod):
         r = torch.where(near, delta, far_r)
         return r.masked_fill(~(near | far), float("nan"))
 
+    def far_rotated(self, q, k, pos_q, pos_k, inv_freq):
+        """(q, k) as far pairs score them: q rotated by f_q(p_i), k by f_k(p_j) (unrotated where
+        f_k is None). DPE overrides it: a position per frequency pair and head."""
+        return rotate(q, self.far_query_positions(pos_q), inv_freq), rotate(k, self.far_key_positions(pos_k), inv_freq)
+
     def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
         """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap)."""
-        def rotate(x, pos):
-            return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
-
+        q_far, k_far = self.far_rotated(q, k, pos_q, pos_k, inv_freq)
         # a tensor on q's device, not a Python float: compiled FlexAttention lifts a captured float
         # to a CPU scalar and its CUDA lowering fails on that (torch 2.11, H100, 2026-11-27);
         # torch.full, not torch.tensor: no host-to-device copy that waits for the stream, per layer
@@ -101,8 +109,7 @@ class RemapMethod(ExtrapolationMethod):
         def far(p_i, p_j, x_j):  # x_j: the Lambda-mask's far-key flag (1 / 0), if any
             return (p_i - p_j >= w) if x_j is None else (p_i - p_j >= w) & (x_j > 0)
 
-        return TwoPiece(rotate(q, pos_q), rotate(k, pos_k),
-                        rotate(q, self.far_query_positions(pos_q)), rotate(k, self.far_key_positions(pos_k)),
+        return TwoPiece(rotate(q, pos_q, inv_freq), rotate(k, pos_k, inv_freq), q_far, k_far,
                         scale * attention_factor ** 2, pos_q, pos_k, near, far, key=(self.name, str(self)),
                         key_extra=self.far_key_mask(pos_k))
 
@@ -112,13 +119,8 @@ class RemapMethod(ExtrapolationMethod):
             return out
 
         # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
-        def rotate(x, pos):
-            return x if pos is None else apply_rotary(x, *rope_cos_sin(pos.to(x.device), inv_freq))
-
-        fk = self.far_key_positions(pos_k)
         return two_piece_attention(
-            rotate(q, pos_q), rotate(k, pos_k),
-            rotate(q, self.far_query_positions(pos_q)), rotate(k, fk),
+            rotate(q, pos_q, inv_freq), rotate(k, pos_k, inv_freq), *self.far_rotated(q, k, pos_q, pos_k, inv_freq),
             v, pos_q, pos_k, self.window, scale * attention_factor ** 2,
             far_keys=self.far_key_mask(pos_k), block=self.block,
         )

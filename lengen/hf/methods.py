@@ -17,10 +17,13 @@ def _accepts(name: str, option: str) -> bool:
     return option in inspect.signature(METHODS.get(name).__init__).parameters
 
 
-def _format(value) -> str:
-    """A spec value: lists (longrope's factors) as "1/2.5/4", since "," separates options."""
+def _format(value, separator: str = "/") -> str:
+    """A spec value: lists as "1/2.5/4" (longrope's factors) or with the method's own separator
+    (DPE's scales: "4-4-2"), since "," separates options."""
     if isinstance(value, (list, tuple)):
-        return "/".join(repr(float(x)) for x in value)
+        if separator == "/":
+            return "/".join(repr(float(x)) for x in value)
+        return separator.join(f"{int(x)}" if float(x).is_integer() else repr(float(x)) for x in value)
     return str(value)
 
 
@@ -39,8 +42,12 @@ def spec_with_options(spec: str, options: dict, defaults: dict | None = None) ->
     for name, opts in parts:
         for option, value in (defaults or {}).get(name, {}).items():
             opts.setdefault(option, value)
-    return "+".join(name + (":" + ",".join(f"{k}={_format(v)}" for k, v in opts.items()) if opts else "")
-                    for name, opts in parts)
+    return "+".join(name + (":" + ",".join(f"{k}={_format(v, _separator(name))}" for k, v in opts.items())
+                            if opts else "") for name, opts in parts)
+
+
+def _separator(name: str) -> str:
+    return getattr(METHODS.get(name), "list_separator", "/") if name in METHODS else "/"
 
 
 def build(method, options: dict, head_dim: int, rope_base: float, train_length: int,

@@ -23,6 +23,7 @@ route runs and gives each layer its LayerPlan.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -31,11 +32,13 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
+from lengen.hf.calibration import dpe_key_pairs
 from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.tracker import PositionTracker
 from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
 from lengen.extrapolation.base import sequence_lengths
+from lengen.extrapolation.dpe import dpe_part
 
 
 @dataclass(eq=False)
@@ -64,6 +67,7 @@ class Extension:
     tracker: PositionTracker | None = None
     base_fn: object = None                      # the model's eager or sdpa attention function
     saved_rope_type: str | None = None          # a longrope config's rotary rope_type, put back
+    observer: object = None                     # observe(): called with each layer's un-rotated q, k
 
     def attend(self, module, query, key, value, attention_mask, scaling, dropout, **kwargs):
         """Called by every attention layer with query [B,H,Tq,d], key, value [B,Hkv,Tk,d] (cache
@@ -105,6 +109,8 @@ class Extension:
             # pairs (2i, 2i+1) -> channels (i, i + d/2): the half-split layout the methods rotate;
             # q.k is unchanged by permuting the channels of both alike
             query, key = _half_split(query), _half_split(key)
+        if self.observer is not None:
+            self.observer(module.layer_idx, query, key)
         if method.remaps:
             return self._remapped(method, query, key, value, step, scaling, seq_len), None
         query, key = method.rotate_qk(query, key, step.pos_q, step.pos_k, seq_len)
@@ -160,11 +166,46 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     Hybrid-layer models: the method applies to the global RoPE layers (each layer type from its
     own RoPE base) and to windowed layers whose window exceeds train_length; sliding / chunked
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
+    DPE with topk below every pair first calibrates its key pairs (lengen.hf.calibration): on
+    `calibration=` token ids [N, T] or a tokenizer, else the model folder's tokenizer, over the
+    standard library's text; cached (other methods ignore `calibration`).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
+    return _extend(model, method, dict(options))
+
+
+@contextmanager
+def observe(model: nn.Module, observer):
+    """The model as it is (plain RoPE, on lengen's attention route) within the block, with
+    observer(layer_index, q, k) called by every RoPE layer lengen's attention runs, with its
+    UN-rotated q [B, H, Tq, d] and k [B, Hkv, Tk, d] (the cache included) in the half-split
+    channel layout (pair j = channels j, j + d/2, whatever the model's own layout); restored
+    after. The capture behind lengen.hf.calibration."""
+    parts = inspect_model(model, require_attention=True)
+    _extend(model, parts.required_method or "rope", {}, observer=observer)
+    try:
+        yield model
+    finally:
+        restore(model)
+
+
+@torch.no_grad()
+def capture_qk(model: nn.Module, ids: torch.Tensor, reducer, batch_size: int = 1) -> None:
+    """Run `model` (a transformers causal LM, not extended) on token ids [N, T], batch_size
+    sequences per forward, without gradients or KV cache, calling reducer(layer_index, q, k) in
+    every RoPE layer with its un-rotated q [B, H, T, d] and k [B, Hkv, T, d] (half-split channel
+    layout: pair j = channels j and j + d/2). NoPE layers are not reported. The model is left
+    as it was. The calibration pass of DPE (lengen.hf.calibration)."""
+    device = next(model.parameters()).device
+    with observe(model, reducer):
+        for chunk in ids.split(batch_size):
+            model(chunk.to(device), use_cache=False)
+
+
+def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module:
     if model in EXTENDED:
         raise LengenError(f"the model is already extended with {EXTENDED[model].spec!r}; "
                           "call lengen.hf.restore(model) first")
-    options = dict(options)
+    calibration = options.pop("calibration", None)
     parts = inspect_model(model, require_attention=False)
     if parts.required_method and not (isinstance(method, str) and any(
             name == parts.required_method for name, _ in parse_spec(method))):
@@ -182,13 +223,19 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     # a table may only be rewritten if every RoPE layer reading it is extended
     shared = any(layer.table in touched and not layer.extended(train_length)
                  for layer in parts.layers if layer.kind != "nope")
-    route = "rotary" if is_static_frequency(method_obj) and not shared else "attention"
+    route = "rotary" if is_static_frequency(method_obj) and not shared and observer is None else "attention"
     if route == "attention":
         parts = inspect_model(model, require_attention=True)
         extended = [layer for layer in parts.layers if layer.extended(train_length)]
         _check_layers(spec, method_obj, extended)
+    # after every check, before the model is touched
+    dpes = [part for part in map(dpe_part, methods.values()) if part is not None and part.needs_calibration]
+    if dpes:
+        key_pairs = dpe_key_pairs(model, dpes[0], capture_qk, calibration, train_length)
+        for part in dpes:
+            part.set_key_pairs(key_pairs)
     rotary = parts.rotary
-    ext = Extension(spec=spec, method=method_obj, parts=parts, route=route,
+    ext = Extension(spec=spec, method=method_obj, parts=parts, route=route, observer=observer,
                     saved={key: (parts.tables[key].inv_freq, parts.tables[key].attention_scaling)
                            for key in touched})
     if route == "rotary":
@@ -211,7 +258,7 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
             ext.saved_rope_type, rotary.rope_type = rotary.rope_type, "default"
         for layer in parts.layers:
             if layer.extended(train_length):
-                ext.plans[layer.index] = LayerPlan("method", methods[layer.table])
+                ext.plans[layer.index] = LayerPlan("method", methods[layer.table].for_layer(layer.index))
             elif layer.kind != "nope" and layer.table in touched:
                 ext.plans[layer.index] = LayerPlan("plain", ExtrapolationMethod(RopeSpec(
                     rotary_dim=parts.head_dim, base=parts.tables[layer.table].base,

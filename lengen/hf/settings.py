@@ -73,12 +73,16 @@ class EvalSettings:
 
     def check_methods(self) -> None:
         """Build every spec before the (slow) model load: for the trained length the run will use
-        (the config's unless --train-length; a window past it is refused), a stand-in head size."""
+        (the config's unless --train-length; a window past it is refused) and the config's head
+        size (DPE's groups and topk count its frequency pairs)."""
         specs = [spec for spec in self.methods if not is_plain(spec)]
         if specs:
-            L0 = self.train_length or int(read_config(self.model_path, self.gguf_file).max_position_embeddings)
+            config = read_config(self.model_path, self.gguf_file)
+            config = getattr(config, "text_config", None) or config
+            L0 = self.train_length or int(config.max_position_embeddings)
+            head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
             for spec in specs:
-                check_window(spec, RopeSpec(rotary_dim=64, train_length=L0))
+                check_window(spec, RopeSpec(rotary_dim=int(head_dim), train_length=L0))
 
     def check_model_path(self) -> None:
         path = Path(self.model_path)

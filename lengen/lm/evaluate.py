@@ -17,7 +17,7 @@ from lengen.errors import LengenError
 from lengen.extrapolation import parse_spec
 from lengen.io import check_writable
 from lengen.lm.config import LMConfig
-from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
+from lengen.lm.methods import calibrate_methods, default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
 from lengen.progress import progress_bar
 from lengen.protocols import (
@@ -189,6 +189,7 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     if plain_for_non_rope:
         ecfg.methods = sweep_methods(ecfg.methods, model.is_rope)
     methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
+    calibrate_methods(methods, model, cfg.corpus, cfg.val_fraction)  # DPE's key pairs
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
     bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")

@@ -1,16 +1,25 @@
 """From method strings ("rope", "yarn:factor=4", "rerope:window=128+logn") to extrapolation
 method objects for one model. The methods (and the spec-list parser split_methods) live in
-lengen.extrapolation; this module handles the plain (no-method) case, picks default methods and
-refuses methods on non-RoPE models."""
+lengen.extrapolation; this module handles the plain (no-method) case, picks default methods,
+refuses methods on non-RoPE models and calibrates DPE's key pairs on the run's validation text."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
+import torch
+
+from lengen.data import load_corpus, long_sequences
 from lengen.errors import LengenError
-from lengen.extrapolation import build_method, is_plain
+from lengen.extrapolation import ExtrapolationMethod, build_method, is_plain
+from lengen.extrapolation.dpe import PairScores, dpe_part, top_pairs
 from lengen.lm.model import pe_description
+
+#: DPE calibration: validation windows of L0 tokens (lengen.hf.calibration reads 4 as well)
+CALIBRATION_WINDOWS = 4
 
 
 @dataclass
@@ -54,3 +63,52 @@ def resolve_methods(specs: list[str], model) -> list[ResolvedMethod]:
     if len(set(labels)) != len(labels):
         raise LengenError(f"methods listed twice: {labels}")
     return out
+
+
+class QKCapture(ExtrapolationMethod):
+    """Plain RoPE attention that first hands each layer's UN-rotated q [B, H, Tq, d] and k
+    [B, Hk, Tk, d] to reducer(layer_index, q, k): the model's forward with this method is its
+    forward with RoPE, observed (the capture of lengen.hf.calibration, for lengen's own models)."""
+
+    name = "capture"
+
+    def __init__(self, rope, reducer: Callable[[int, torch.Tensor, torch.Tensor], None]):
+        super().__init__(rope)
+        self.reducer, self.layer = reducer, None
+
+    def for_layer(self, layer: int) -> "QKCapture":
+        method = copy.copy(self)
+        method.layer = layer
+        return method
+
+    def attend(self, q, k, v, pos_q, pos_k, scale=None, seq_len=None):
+        self.reducer(self.layer, q, k)
+        return super().attend(q, k, v, pos_q, pos_k, scale, seq_len)
+
+
+@torch.no_grad()
+def capture_qk(model, ids: torch.Tensor, reducer) -> None:
+    """Run the decoder LM on token ids [N, T] (one sequence per forward), calling
+    reducer(layer, q, k) in every RoPE layer with its un-rotated q and k."""
+    model.eval()
+    method = QKCapture(model.rope_spec(), reducer)
+    for row in ids:
+        model(row[None].to(model.embed.weight.device), method=method)
+
+
+def calibrate_methods(methods: list[ResolvedMethod], model, corpus: str | None, val_fraction: float) -> None:
+    """Set the key pairs of every DPE method that needs them, from CALIBRATION_WINDOWS validation
+    windows of L0 tokens of the run's corpus (one pass per topk)."""
+    parts = [part for part in (dpe_part(m.method) for m in methods) if part is not None and part.needs_calibration]
+    if not parts:
+        return
+    L0 = model.rope_spec().train_length
+    data = load_corpus(corpus, val_fraction)
+    windows = long_sequences(data.val_docs, L0, CALIBRATION_WINDOWS, data.eos)
+    if not windows:
+        raise LengenError(f"dpe: the validation documents hold fewer than {L0} tokens to calibrate the key pairs on")
+    ids = torch.from_numpy(np.stack(windows))
+    scores = PairScores(model.rope_spec().rotary_dim)
+    capture_qk(model, ids, scores)
+    for part in parts:
+        part.set_key_pairs(top_pairs(scores.scores(), part.topk))

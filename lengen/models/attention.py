@@ -125,7 +125,7 @@ class SelfAttention(nn.Module):
         log-n query scale and is causal by position. The cache holds un-rotated keys, so every
         decoding step sees exactly the logits of a full forward over the same tokens."""
         q, k, scale = self.scaled_qk(q, k, ctx.pos_q)
-        return ctx.method.attend(q, k, v, ctx.pos_q, ctx.pos_k, scale, seq_len=ctx.seq_len)
+        return ctx.method.for_layer(self.layer).attend(q, k, v, ctx.pos_q, ctx.pos_k, scale, seq_len=ctx.seq_len)
 
     def attention_probs(self, q, k, ctx: AttentionContext) -> torch.Tensor:
         """The attention probabilities [B, H, Tq, Tk] that `attend` applies to v, in float32, for

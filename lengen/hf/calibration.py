@@ -1,0 +1,150 @@
+"""Calibration for methods that read a model's q and k first: the text (`calibration_ids`), the
+model's identity (`weights_digest`) and DPE's key frequency pairs (`dpe_key_pairs`), cached.
+
+The capture itself is lengen.hf.patch.capture_qk (a transformers causal LM run on token ids, each
+layer's UN-rotated q and k handed to a reducer, on lengen's own attention route: patch.observe);
+`dpe_key_pairs` takes it as an argument, since lengen.hf.extend (patch) calls this module.
+
+    patch.capture_qk(model, ids, reducer)   # reducer(layer_index, q [B,H,T,d], k [B,Hkv,T,d])
+
+DPE's key pairs (Lu et al. 2025): per layer and head, the top-k pairs by the mean over tokens of
+|q_t[h, j]| |k_t[kv(h), j]| (lengen.extrapolation.dpe.PairScores). The text is, by default, the
+one `lengen hf eval` and `lengen hf tune` read: the Python standard library's sources, tokenized
+by the model's tokenizer, CALIBRATION_SEQUENCES sequences of min(L0, CALIBRATION_TOKENS) tokens.
+The result is cached in lengen's cache folder (lengen.io.cache_root), one small JSON file per
+(weights digest, token ids, topk), written atomically and re-checked when read: a damaged or
+foreign file is named on stderr and calibrated again, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import weakref
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from lengen import io
+from lengen.data import load_documents, long_sequences
+from lengen.errors import LengenError
+from lengen.extrapolation.dpe import Dpe, PairScores, top_pairs
+from lengen.hf.loading import bos_prefix, corpus_encoder
+
+CALIBRATION_SEQUENCES = 4
+CALIBRATION_TOKENS = 2048
+CACHE_VERSION = 1
+
+Reducer = Callable[[int, torch.Tensor, torch.Tensor], None]
+Capture = Callable[[nn.Module, torch.Tensor, Reducer], None]   # lengen.hf.patch.capture_qk
+
+
+def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None, length: int | None = None,
+                    count: int = CALIBRATION_SEQUENCES) -> torch.Tensor:
+    """[count, length] token ids of `source` (None: the standard library) by `tokenizer` (None:
+    the one in the model's folder), each beginning with the tokenizer's BOS where it adds one,
+    as `lengen hf eval` builds its sequences (lengen.data.long_sequences)."""
+    tokenizer = tokenizer or _folder_tokenizer(model)
+    length = int(length or min(model.config.max_position_embeddings, CALIBRATION_TOKENS))
+    docs = load_documents(source, corpus_encoder(tokenizer))
+    prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)
+    seqs = [np.concatenate([prefix, s]) for s in long_sequences(docs.docs, length - len(prefix), count, docs.eos)]
+    if len(seqs) < count:
+        raise LengenError(f"the calibration text {docs.source} gives {len(seqs)} sequences of {length} tokens, "
+                          f"{count} needed")
+    return torch.from_numpy(np.stack(seqs))
+
+
+def _folder_tokenizer(model: nn.Module):
+    path = getattr(model.config, "_name_or_path", "") or ""
+    if not path or not Path(path).is_dir():
+        raise LengenError("dpe: calibrating the key pairs needs text: pass calibration= (token ids [N, T] "
+                          "or a tokenizer), or topk= every pair (no calibration); the model has no local "
+                          "folder to read a tokenizer from")
+    import transformers   # optional (lengen[hf]): imported on use
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise LengenError(f"dpe: calibrating the key pairs needs the tokenizer in {path}, which does not load "
+                          f"({str(e).splitlines()[0][:160]}): pass calibration= (token ids [N, T] or a tokenizer)") from None
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 (20 hex) over the model's state dict: names, dtypes, shapes and bytes. Kept per model
+    object while no tensor is replaced or changed in place (storage and version counter): hf eval
+    and hf tune extend the same model once per method, and reading 16 GB each time is seconds."""
+    tensors = sorted(model.state_dict().items())
+    stamp = tuple((name, t.data_ptr(), t._version) for name, t in tensors)
+    if model in _DIGESTS and _DIGESTS[model][0] == stamp:
+        return _DIGESTS[model][1]
+    digest = hashlib.sha256()
+    for name, t in tensors:
+        t = t.detach().reshape(-1).contiguous().cpu()
+        digest.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes())
+    _DIGESTS[model] = (stamp, digest.hexdigest()[:20])
+    return _DIGESTS[model][1]
+
+
+_DIGESTS: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def dpe_key_pairs(model: nn.Module, dpe: Dpe, capture: Capture, calibration=None, train_length: int | None = None,
+                  use_cache: bool = True) -> dict[int, torch.Tensor]:
+    """{layer index: [H, n_pairs] bool} of `dpe.topk` pairs per head, for DPE on `model`, scored
+    by lengen.extrapolation.dpe.PairScores over `capture` (lengen.hf.patch.capture_qk).
+    `calibration`: token ids [N, T], a tokenizer (the standard library's text), or None (the
+    tokenizer in the model's folder); sequences of min(train_length, CALIBRATION_TOKENS) tokens.
+    Cached (module docstring) unless use_cache is False."""
+    if torch.is_tensor(calibration):
+        ids = calibration.long()
+        if ids.dim() != 2 or ids.numel() == 0:
+            raise LengenError(f"dpe: calibration token ids must be [sequences, tokens], got {tuple(ids.shape)}")
+    else:
+        ids = calibration_ids(model, calibration, length=min(train_length or CALIBRATION_TOKENS, CALIBRATION_TOKENS))
+    key = {"model": weights_digest(model), "tokens": hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:20],
+           "shape": list(ids.shape), "topk": dpe.topk, "pairs": dpe.n_pairs, "version": CACHE_VERSION}
+    name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    path = io.cache_root() / "dpe" / f"key-pairs-{name}.json"
+    if use_cache and path.exists():
+        cached, problem = _read(path, key)
+        if cached is not None:
+            return cached
+        print(f"note: {path} {problem}; calibrating the DPE key pairs again", file=sys.stderr)
+    scores = PairScores(2 * dpe.n_pairs)
+    capture(model, ids, scores)
+    pairs = top_pairs(scores.scores(), dpe.topk)
+    if use_cache:
+        io.write_json(path, {"settings": key, "layers": {
+            str(layer): [torch.nonzero(row).flatten().tolist() for row in mask] for layer, mask in pairs.items()}})
+    return pairs
+
+
+def _read(path: Path, key: dict) -> tuple[dict | None, str]:
+    """(the cached key pairs, "") or (None, why the file cannot be used)."""
+    try:
+        data = io.read_json(path)
+    except (ValueError, OSError) as e:
+        return None, f"is damaged (not JSON: {str(e).splitlines()[0][:80]})"
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
+        return None, "is not a lengen DPE calibration file"
+    if data.get("settings") != key:
+        return None, "holds the key pairs of other settings (another model, text or topk)"
+    out = {}
+    for layer, heads in data["layers"].items():
+        if not (layer.isdigit() and isinstance(heads, list) and heads and all(
+                isinstance(h, list) and len(h) == key["topk"] and len(set(h)) == len(h)
+                and all(type(j) is int and 0 <= j < key["pairs"] for j in h) for h in heads)):
+            return None, f"is damaged (layer {layer!r} is not {key['topk']} distinct pair indices per head)"
+        mask = torch.zeros(len(heads), key["pairs"], dtype=torch.bool)
+        for h, row in enumerate(heads):
+            mask[h, row] = True
+        out[int(layer)] = mask
+    if not out:
+        return None, "is damaged (no layers)"
+    return out, ""
