@@ -10,7 +10,7 @@ import torch
 
 from lengen.errors import LengenError
 from lengen.extrapolation import RopeSpec, build_method
-from lengen.extrapolation.dope import effective_rank, select_heads
+from lengen.extrapolation.dope import GramScores, choose_heads, effective_rank, select_heads
 
 ROPE = RopeSpec(rotary_dim=8, base=10000.0, train_length=16)
 
@@ -91,6 +91,7 @@ def qkv(T=24, H=3, d=8, seed=0):
 def test_attention_equals_the_per_pair_loop(mode):
     method = build_method(f"dope:factor=2,mode={mode}", ROPE)
     layer = method.with_heads(torch.tensor([False, True, True]))
+    assert method.heads is None                  # a copy: the method itself is unchanged
     q, k, v = qkv()
     pos = torch.arange(24)[None]
     got = layer.attend(q, k, v, pos, pos)
@@ -135,3 +136,28 @@ def test_bad_options_are_one_line(spec, words):
     with pytest.raises(LengenError, match=words) as e:
         build_method(spec, ROPE)
     assert "\n" not in str(e.value)
+
+
+def test_gram_scores_rank_heads_by_their_queries():
+    """Three heads of planted query geometry: head 0 rank one, head 1 two equal directions, head 2
+    isotropic in 4 of 8 channels; stage=pre, so the Gram is of the queries as given."""
+    dope = build_method("dope:factor=2,rank=0,count=1", ROPE)
+    reducer = GramScores(dope, stage="pre")
+    g = torch.Generator().manual_seed(0)
+    t = 64
+    q = torch.zeros(1, 3, t, 8, dtype=torch.float64)
+    q[0, 0, :, 0] = torch.randn(t, generator=g, dtype=torch.float64)
+    q[0, 1, :, :2] = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64).repeat(t // 2, 1)
+    q[0, 2, :, :4] = torch.eye(4, dtype=torch.float64).repeat(t // 4, 1)
+    k = torch.randn(1, 1, t, 8, generator=g, dtype=torch.float64)
+    reducer(0, q, k)
+    reducer(3, q.flip(1), k)                      # a second layer with the heads reversed
+    scores = reducer.scores()
+    torch.testing.assert_close(scores[0], torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(scores[3], torch.tensor([4.0, 2.0, 1.0], dtype=torch.float64))
+    heads = choose_heads(dope, scores)           # count 1, asc: the first rank-one head
+    assert heads[0].tolist() == [True, False, False] and heads[3].tolist() == [False, False, False]
+    layer = dope
+    layer.set_heads(heads)
+    assert layer.for_layer(0).heads.tolist() == [True, False, False]
+    assert layer.for_layer(5).heads is None       # a layer calibration did not see: no head

@@ -27,12 +27,13 @@ Defaults: the paper's best row at 64K on the original needle task (by-all, query
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
-from lengen.extrapolation.base import causal_attention
+from lengen.extrapolation.base import causal_attention, repeat_kv
 from lengen.extrapolation.dynamic import DynamicNtk
 
 MODES = ("all", "parts", "keep_low")
@@ -86,13 +87,32 @@ class Dope(DynamicNtk):
             raise ValueError("order must be asc or desc")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
-        self.heads: torch.Tensor | None = None   # [H] bool for this layer, from calibration
+        self.layer_heads: dict[int, torch.Tensor] | None = None   # layer -> [H] bool (set_heads)
+        self.heads: torch.Tensor | None = None                    # this layer's (for_layer)
+        self._layers: dict = {}
+
+    @property
+    def needs_calibration(self) -> bool:
+        """True while no heads are chosen and some are to be (count > 0)."""
+        return self.count > 0 and self.layer_heads is None
+
+    def set_heads(self, layer_heads: dict[int, torch.Tensor]) -> None:
+        """Per layer index, a [H] bool mask of the heads to denoise (a layer not listed: none)."""
+        self.layer_heads = {int(layer): mask.bool().cpu() for layer, mask in layer_heads.items()}
+        self._layers = {}
 
     def with_heads(self, heads: torch.Tensor | None) -> "Dope":
-        """A copy of this method for one layer, denoising the heads marked in `heads` ([H] bool)."""
-        layer = type(self).from_options(self.rope, dict(self.options))
-        layer.heads = None if heads is None else heads.bool()
-        return layer
+        """A copy of this method denoising the heads marked in `heads` ([H] bool) in every layer."""
+        method = copy.copy(self)
+        method.heads, method.layer_heads, method._layers = (None if heads is None else heads.bool()), None, {}
+        return method
+
+    def for_layer(self, layer: int) -> "Dope":
+        if self.layer_heads is None:
+            return self
+        if layer not in self._layers:
+            self._layers[layer] = self.with_heads(self.layer_heads.get(layer))
+        return self._layers[layer]
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         cq, sq = rope_cos_sin(pos_q.to(q.device), inv_freq, attention_factor)
@@ -116,3 +136,45 @@ class Dope(DynamicNtk):
         q = torch.where(sel, denoised(q, cq, sq), q_rot)
         k = torch.where(sel, denoised(k, ck, sk), k_rot)
         return causal_attention(q, k, v, pos_q, pos_k, scale)
+
+
+class GramScores:
+    """A reducer for a calibration pass (lengen.hf.calibration.capture_qk): called as
+    reducer(layer, q, k) with a layer's un-rotated q [B, H, T, d] at positions 0..T-1, it sums
+    each head's Gram matrix X^T X of its queries ("query" indicator) or of its key head's keys
+    ("key": a key head's score is that of every query head reading it), rotated first by the
+    method's frequencies at length T when stage="post_ntk" (the paper's best rows), as they are
+    when stage="pre" (before any RoPE)."""
+
+    def __init__(self, method: Dope, indicator: str = "query", stage: str = "post_ntk"):
+        if indicator not in ("query", "key") or stage not in ("post_ntk", "pre"):
+            raise ValueError("indicator must be query or key, stage post_ntk or pre")
+        self.method, self.indicator, self.stage = method, indicator, stage
+        self.grams: dict[int, torch.Tensor] = {}
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor) -> None:
+        x = q if self.indicator == "query" else repeat_kv(k, q.shape[1])
+        if self.stage == "post_ntk":
+            pos = torch.arange(x.shape[-2], device=x.device)[None]
+            inv_freq, factor = self.method.params(x.shape[-2], x.device)
+            x = apply_rotary(x, *rope_cos_sin(pos, inv_freq, factor))
+        x = x.double()
+        gram = torch.einsum("bhti,bhtj->hij", x, x).cpu()
+        self.grams[layer] = self.grams.get(layer, 0) + gram
+
+    def scores(self) -> dict[int, torch.Tensor]:
+        """layer -> [H] float64: each head's truncated effective rank (the method's `rank`)."""
+        return {layer: torch.tensor([effective_rank(g, self.method.rank) for g in grams], dtype=torch.float64)
+                for layer, grams in sorted(self.grams.items())}
+
+
+def choose_heads(method: Dope, scores: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """layer -> [H] bool: the method's `count` heads in its `order`, ranked over all layers."""
+    layers = sorted(scores)
+    return dict(zip(layers, select_heads([scores[layer] for layer in layers], method.count, method.order)))
+
+
+def dope_part(method) -> Dope | None:
+    """The DoPE part of a method (alone or in a "+" composition), or None."""
+    part = getattr(method, "remap", method)
+    return part if isinstance(part, Dope) else None
