@@ -18,6 +18,7 @@ from lengen.extrapolation.base import ExtrapolationMethod, RopeSpec, causal_atte
 from lengen.extrapolation.cache import RawKVCache
 from lengen.extrapolation.compose import PLAIN_NAMES, ComposedMethod, is_plain, parse_spec, split_methods
 from lengen.extrapolation.dca import DualChunk
+from lengen.extrapolation.dope import Dope
 from lengen.extrapolation.dpe import Dpe
 from lengen.extrapolation.dynamic import DynamicNtk
 from lengen.extrapolation.lambda_mask import LambdaMask, Sinks
@@ -51,6 +52,7 @@ METHODS.add("sinks", Sinks)
 METHODS.add("dca", DualChunk)
 METHODS.add("string", String)
 METHODS.add("dpe", Dpe)
+METHODS.add("dope", Dope)
 METHODS.add("logn", LogN)
 
 
