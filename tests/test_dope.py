@@ -161,3 +161,103 @@ def test_gram_scores_rank_heads_by_their_queries():
     layer.set_heads(heads)
     assert layer.for_layer(0).heads.tolist() == [True, False, False]
     assert layer.for_layer(5).heads is None       # a layer calibration did not see: no head
+
+
+# ---- lengen.hf: calibration and extension of a tiny Llama ------------------------------------------
+@pytest.fixture
+def tiny(monkeypatch, tmp_path):
+    pytest.importorskip("transformers")
+    from test_hf_extend import tiny as tiny_model
+
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    return tiny_model("sdpa")
+
+
+def token_ids(batch=1, length=64, seed=3):
+    return torch.randint(0, 100, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def test_no_head_is_dynamic_ntk_and_every_head_denoised_is_the_model_without_rope(tiny):
+    import copy
+
+    from lengen.hf import extend, restore
+
+    ids = token_ids(2, 64)
+    extend(tiny, "dynamic:factor=2")
+    want = tiny(ids).logits
+    restore(tiny)
+    extend(tiny, "dope:factor=2,count=0")
+    torch.testing.assert_close(tiny(ids).logits, want)
+    restore(tiny)
+    # every head of both layers denoised (count 8 of 2 x 4): transformers' own forward, inv_freq 0
+    nope = copy.deepcopy(tiny)
+    nope.model.rotary_emb.inv_freq.zero_()
+    want = nope(ids).logits
+    extend(tiny, "dope:factor=2,count=8,mode=all", calibration=token_ids())
+    torch.testing.assert_close(tiny(ids).logits, want, rtol=1e-4, atol=1e-4)
+    restore(tiny)
+    torch.testing.assert_close(tiny(ids).logits, tiny(ids).logits)
+
+
+def test_calibration_picks_count_heads_caches_their_scores_and_rebuilds_a_damaged_file(tiny, capsys):
+    import lengen.hf.calibration as cal
+    from lengen.hf import extend, restore
+    from lengen.hf.extensions import EXTENDED
+    from lengen.hf.patch import capture_qk
+
+    method = build_method("dope:factor=2,count=3,rank=4", RopeSpec(rotary_dim=16, train_length=32))
+    heads = cal.dope_heads(tiny, method, capture_qk, token_ids())
+    assert sorted(heads) == [0, 1] and sum(int(m.sum()) for m in heads.values()) == 3
+    files = list((cal.io.cache_root() / "dope").glob("*.json"))
+    assert len(files) == 1
+    fewer = build_method("dope:factor=2,count=1,rank=4", RopeSpec(rotary_dim=16, train_length=32))
+    one = cal.dope_heads(tiny, fewer, lambda *a, **k: pytest.fail("calibrated again"), token_ids())
+    assert sum(int(m.sum()) for m in one.values()) == 1
+    assert all((one[layer] <= heads[layer]).all() for layer in one)   # the best of the three
+    assert capsys.readouterr().err == ""
+    files[0].write_text('{"settings": {}, "layers": {}}')
+    again = cal.dope_heads(tiny, method, capture_qk, token_ids())
+    err = capsys.readouterr().err
+    assert str(files[0]) in err and "holds the head scores of other settings" in err
+    assert all(torch.equal(again[layer], heads[layer]) for layer in heads)
+    extend(tiny, "dope:factor=2,count=3,rank=4", calibration=token_ids())
+    plans = EXTENDED[tiny].plans
+    assert all(torch.equal(plans[layer].method.heads, heads[layer]) for layer in heads)
+    restore(tiny)
+
+
+def test_extend_without_text_or_folder_is_refused(tiny):
+    from lengen.hf import extend, restore
+
+    with pytest.raises(LengenError, match="dope: calibrating the heads needs text.*count=0"):
+        extend(tiny, "dope:factor=2")
+    extend(tiny, "dope:factor=2,count=0")     # no head: no calibration
+    restore(tiny)
+
+
+def test_lm_eval_chooses_heads_on_a_validation_window_and_all_heads_denoised_is_nope(tmp_path, monkeypatch):
+    from tiny_lm import TINY
+
+    from lengen.cli import main
+    from lengen.lm.evaluate import load_run
+    from lengen.lm.methods import ResolvedMethod, calibrate_methods
+
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert main(["lm", "train", *TINY, "--steps", "6", "--out", str(out)]) == 0
+    assert main(["lm", "eval", str(out), "--methods", "rope,dope:factor=2,count=1", "--lengths", "16,48",
+                 "--docs", "2", "--no-progress"]) == 0
+    cfg, model = load_run(out)
+    every = build_method("dope:factor=2,count=100", model.rope_spec())
+    calibrate_methods([ResolvedMethod("dope", every)], model, cfg.corpus, cfg.val_fraction)
+    assert all(m.all() for m in every.layer_heads.values()) and len(every.layer_heads) == model.cfg.num_layers
+    one = build_method("dope:factor=2,count=1", model.rope_spec())
+    calibrate_methods([ResolvedMethod("dope", one)], model, cfg.corpus, cfg.val_fraction)
+    assert sum(int(m.sum()) for m in one.layer_heads.values()) == 1
+    # every head denoised with mode=all: the model's attention without any rotation, at every layer
+    x = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    zero = build_method("pi:factor=1e12", model.rope_spec())        # angles ~ 0: RoPE switched off
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, method=every), model(x, method=zero), atol=1e-4, rtol=1e-4)
+        assert not torch.equal(model(x, method=one), model(x, method=every))

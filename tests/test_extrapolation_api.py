@@ -42,7 +42,7 @@ def test_parse_spec():
 def test_registry_and_build():
     assert set(METHODS.names()) == {"rope", "pi", "ntk", "dynamic", "yarn", "llama3", "rerope",
                                     "leaky_rerope", "self_extend", "lambda", "sinks", "logn", "dca", "string",
-                                    "longrope", "dpe"}
+                                    "longrope", "dpe", "dope"}
     m = build_method("yarn:factor=4+rerope:window=8+logn", ROPE)
     assert isinstance(m, ComposedMethod) and m.remaps and str(m) == "yarn:factor=4+rerope:window=8+logn"
     assert build_method(str(m), ROPE).rope_params(10)[1] == m.rope_params(10)[1]

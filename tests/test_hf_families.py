@@ -336,7 +336,7 @@ def test_methods_command_says_which_methods_apply_where(tmp_path, capsys):
     assert main(["hf", "methods", str(tmp_path / "smollm3")]) == 0
     out = capsys.readouterr().out
     assert table_rows(out) == {0: "all", 1: "all", 2: "all", 3: "none (NoPE)"}
-    assert "remapping (rerope, leaky_rerope, self_extend, lambda, sinks, dca, string, dpe): layers 0, 1, 2" in out
+    assert "remapping (rerope, leaky_rerope, self_extend, lambda, sinks, dca, string, dpe, dope): layers 0, 1, 2" in out
     # a sliding window beyond --train-length: frequency methods apply there, remapping is refused
     tiny_family("gemma3").config.save_pretrained(tmp_path / "gemma3")
     assert main(["hf", "methods", str(tmp_path / "gemma3"), "--train-length", "4"]) == 0

@@ -67,7 +67,7 @@ SUPPORT: dict[str, dict[str, str]] = {
                     "(Qwen2; vLLM 0.9 and 0.10, VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN)",
             "SGLang": "dual_chunk_attention_config, as vLLM (Qwen2; --attention-backend dual_chunk_flash_attn)"},
     "self_extend": {"llama.cpp": "llama-completion --grp-attn-n G --grp-attn-w W (not llama-server)"},
-    "rerope": {}, "leaky_rerope": {}, "string": {}, "lambda": {}, "sinks": {}, "dpe": {}, "logn": {},
+    "rerope": {}, "leaky_rerope": {}, "string": {}, "lambda": {}, "sinks": {}, "dpe": {}, "dope": {}, "logn": {},
 }
 #: what a user may expect from an engine that the table leaves out, and why
 NOT_THE_SAME = {

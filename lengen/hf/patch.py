@@ -32,13 +32,12 @@ from torch import nn
 from lengen.errors import LengenError
 from lengen.hf import attention as attn
 from lengen.hf.arch import ModelParts, inspect_model
-from lengen.hf.calibration import dpe_key_pairs
+from lengen.hf.calibration import calibrate
 from lengen.hf.extensions import EXTENDED, OWNERS
 from lengen.hf.methods import build, is_static_frequency
 from lengen.hf.tracker import PositionTracker
 from lengen.extrapolation import ExtrapolationMethod, RopeSpec, parse_spec
 from lengen.extrapolation.base import sequence_lengths
-from lengen.extrapolation.dpe import dpe_part
 
 
 @dataclass(eq=False)
@@ -166,7 +165,8 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     Hybrid-layer models: the method applies to the global RoPE layers (each layer type from its
     own RoPE base) and to windowed layers whose window exceeds train_length; sliding / chunked
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
-    DPE with topk below every pair first calibrates its key pairs (lengen.hf.calibration): on
+    DPE with topk below every pair first calibrates its key pairs, DoPE its heads
+    (lengen.hf.calibration): on
     `calibration=` token ids [N, T] or a tokenizer, else the model folder's tokenizer, over the
     standard library's text; cached (other methods ignore `calibration`).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
@@ -174,14 +174,14 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
 
 
 @contextmanager
-def observe(model: nn.Module, observer):
-    """The model as it is (plain RoPE, on lengen's attention route) within the block, with
+def observe(model: nn.Module, observer, method: str = "rope"):
+    """The model as it is (plain RoPE, or `method`, on lengen's attention route) within the block, with
     observer(layer_index, q, k) called by every RoPE layer lengen's attention runs, with its
     UN-rotated q [B, H, Tq, d] and k [B, Hkv, Tk, d] (the cache included) in the half-split
     channel layout (pair j = channels j, j + d/2, whatever the model's own layout); restored
     after. The capture behind lengen.hf.calibration."""
     parts = inspect_model(model, require_attention=True)
-    _extend(model, parts.required_method or "rope", {}, observer=observer)
+    _extend(model, parts.required_method or method, {}, observer=observer)
     try:
         yield model
     finally:
@@ -189,14 +189,15 @@ def observe(model: nn.Module, observer):
 
 
 @torch.no_grad()
-def capture_qk(model: nn.Module, ids: torch.Tensor, reducer, batch_size: int = 1) -> None:
+def capture_qk(model: nn.Module, ids: torch.Tensor, reducer, batch_size: int = 1, method: str = "rope") -> None:
     """Run `model` (a transformers causal LM, not extended) on token ids [N, T], batch_size
     sequences per forward, without gradients or KV cache, calling reducer(layer_index, q, k) in
     every RoPE layer with its un-rotated q [B, H, T, d] and k [B, Hkv, T, d] (half-split channel
     layout: pair j = channels j and j + d/2). NoPE layers are not reported. The model is left
-    as it was. The calibration pass of DPE (lengen.hf.calibration)."""
+    as it was; `method` (a spec without calibration) runs in the pass instead of plain RoPE.
+    The calibration pass of DPE and DoPE (lengen.hf.calibration)."""
     device = next(model.parameters()).device
-    with observe(model, reducer):
+    with observe(model, reducer, method):
         for chunk in ids.split(batch_size):
             model(chunk.to(device), use_cache=False)
 
@@ -229,11 +230,10 @@ def _extend(model: nn.Module, method, options: dict, observer=None) -> nn.Module
         extended = [layer for layer in parts.layers if layer.extended(train_length)]
         _check_layers(spec, method_obj, extended)
     # after every check, before the model is touched
-    dpes = [part for part in map(dpe_part, methods.values()) if part is not None and part.needs_calibration]
-    if dpes:
-        key_pairs = dpe_key_pairs(model, dpes[0], capture_qk, calibration, train_length)
-        for part in dpes:
-            part.set_key_pairs(key_pairs)
+    calibrated = [part for part in (getattr(m, "remap", m) for m in methods.values())
+                  if getattr(part, "needs_calibration", False)]
+    if calibrated:
+        calibrate(model, calibrated, capture_qk, calibration, train_length)
     rotary = parts.rotary
     ext = Extension(spec=spec, method=method_obj, parts=parts, route=route, observer=observer,
                     saved={key: (parts.tables[key].inv_freq, parts.tables[key].attention_scaling)

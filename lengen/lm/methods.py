@@ -15,6 +15,7 @@ import torch
 from lengen.data import load_corpus, long_sequences
 from lengen.errors import LengenError
 from lengen.extrapolation import ExtrapolationMethod, build_method, is_plain
+from lengen.extrapolation.dope import GramScores, choose_heads, dope_part
 from lengen.extrapolation.dpe import PairScores, dpe_part, top_pairs
 from lengen.lm.model import pe_description
 
@@ -72,9 +73,10 @@ class QKCapture(ExtrapolationMethod):
 
     name = "capture"
 
-    def __init__(self, rope, reducer: Callable[[int, torch.Tensor, torch.Tensor], None]):
+    def __init__(self, rope, reducer: Callable[[int, torch.Tensor, torch.Tensor], None],
+                 inner: ExtrapolationMethod | None = None):
         super().__init__(rope)
-        self.reducer, self.layer = reducer, None
+        self.reducer, self.layer, self.inner = reducer, None, inner   # inner: what runs (None: RoPE)
 
     def for_layer(self, layer: int) -> "QKCapture":
         method = copy.copy(self)
@@ -83,26 +85,42 @@ class QKCapture(ExtrapolationMethod):
 
     def attend(self, q, k, v, pos_q, pos_k, scale=None, seq_len=None):
         self.reducer(self.layer, q, k)
+        if self.inner is not None:
+            return self.inner.attend(q, k, v, pos_q, pos_k, scale, seq_len)
         return super().attend(q, k, v, pos_q, pos_k, scale, seq_len)
 
 
 @torch.no_grad()
-def capture_qk(model, ids: torch.Tensor, reducer) -> None:
-    """Run the decoder LM on token ids [N, T] (one sequence per forward), calling
-    reducer(layer, q, k) in every RoPE layer with its un-rotated q and k."""
+def capture_qk(model, ids: torch.Tensor, reducer, method: str = "rope") -> None:
+    """Run the decoder LM on token ids [N, T] (one sequence per forward) with `method` (a spec
+    without calibration; plain RoPE by default), calling reducer(layer, q, k) in every RoPE layer
+    with its un-rotated q and k."""
     model.eval()
-    method = QKCapture(model.rope_spec(), reducer)
+    inner = None if is_plain(method) else build_method(method, model.rope_spec())
+    method = QKCapture(model.rope_spec(), reducer, inner)
     for row in ids:
         model(row[None].to(model.embed.weight.device), method=method)
 
 
 def calibrate_methods(methods: list[ResolvedMethod], model, corpus: str | None, val_fraction: float) -> None:
     """Set the key pairs of every DPE method that needs them, from CALIBRATION_WINDOWS validation
-    windows of L0 tokens of the run's corpus (one pass per topk)."""
+    windows of L0 tokens of the run's corpus (one pass for all), and the heads of every DoPE method,
+    from one validation window of factor * L0 tokens, the model running Dynamic NTK (as lengen.hf)."""
+    L0 = model.rope_spec().train_length
+    dopes = [part for part in (dope_part(m.method) for m in methods) if part is not None and part.needs_calibration]
+    if dopes:
+        data = load_corpus(corpus, val_fraction)
+    for part in dopes:
+        length = max(L0, round(part.factor * L0))
+        windows = long_sequences(data.val_docs, length, 1, data.eos)
+        if not windows:
+            raise LengenError(f"dope: the validation documents hold fewer than {length} tokens to choose the heads on")
+        grams = GramScores(part)
+        capture_qk(model, torch.from_numpy(np.stack(windows)), grams, method=f"dynamic:factor={part.factor:g}")
+        part.set_heads(choose_heads(part, grams.scores()))
     parts = [part for part in (dpe_part(m.method) for m in methods) if part is not None and part.needs_calibration]
     if not parts:
         return
-    L0 = model.rope_spec().train_length
     data = load_corpus(corpus, val_fraction)
     windows = long_sequences(data.val_docs, L0, CALIBRATION_WINDOWS, data.eos)
     if not windows:
