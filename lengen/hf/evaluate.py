@@ -120,7 +120,8 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     for method, length in todo:
         bar.set_description(f"{method} @ {length}")
         if not is_plain(method):
-            extend(model, method, train_length=train_length)
+            # calibrated methods (dpe, dope) read the standard library with the run's tokenizer
+            extend(model, method, train_length=train_length, calibration=tokenizer)
         try:
             t0 = time.time()
             answers: list[dict] = []   # passkey: each prompt's key and generated text

@@ -47,8 +47,9 @@ class ModelObjective:
     all cached never loads it."""
 
     def __init__(self, get_model, sequences: list[Piece], segment: int, train_length: int,
-                 precision: str, device: torch.device):
+                 precision: str, device: torch.device, tokenizer=None):
         self.get_model, self.sequences, self.segment = get_model, sequences, segment
+        self.tokenizer = tokenizer   # what a calibrated method (dpe, dope) reads the standard library with
         self.train_length, self.precision, self.device = train_length, precision, device
         self.nll = None
         self.current: str | None = None
@@ -58,7 +59,7 @@ class ModelObjective:
             return
         self.close()
         if spec != "rope":
-            extend(self.get_model(), spec, train_length=self.train_length)
+            extend(self.get_model(), spec, train_length=self.train_length, calibration=self.tokenizer)
         self.current = spec
 
     def __call__(self, setting: Setting | str, i: int) -> float:
@@ -109,7 +110,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
             loaded["model"] = m
         return loaded["model"]
 
-    objective = ModelObjective(get_model, tune_slice, segment, L0, settings.precision, device)
+    objective = ModelObjective(get_model, tune_slice, segment, L0, settings.precision, device, tokenizer)
     bar = progress_bar(0, "hf tune", disable=not progress, unit="seq")
     try:
         result = search(spaces_for(settings.methods, L0, settings.length, settings.logn), objective,
@@ -177,7 +178,7 @@ def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0:
         model = get_model()
         pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         if spec != "rope":
-            extend(model, spec, train_length=L0)
+            extend(model, spec, train_length=L0, calibration=tokenizer)
         try:
             with precision_context(settings.precision, device):
                 (point,) = passkey_accuracy(greedy_fn(model, pad), tokenizer.encode, tokenizer.decode,
