@@ -253,6 +253,18 @@ def _params(rule: RemapRule, device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64, device=device)
 
 
+def queries_are_last_keys(pos_q: torch.Tensor, pos_k: torch.Tensor) -> bool:
+    """Whether key positions strictly increase and the queries are the last Tq keys (prefill,
+    chunked prefill): the kernel may then stop at each query tile's last key. Decoding one token
+    gains nothing from it and is not checked (the check waits for the device)."""
+    Tq, Tk = pos_q.shape[-1], pos_k.shape[-1]
+    if Tq < 2 or Tq > Tk or pos_q.shape[0] not in (1, pos_k.shape[0]):
+        return False
+    pk = pos_k.to(pos_q.device)
+    increasing = (pk[..., 1:] > pk[..., :-1]).all()
+    return bool(increasing & (pos_q == pk[..., Tk - Tq:]).all())
+
+
 def default_splits(programs: int, key_tiles: int, device) -> int:
     """Key splits for few programs over many keys (decoding): enough programs to fill the GPU,
     each still walking several key tiles. 1 on CPU (the interpreter) unless asked."""
