@@ -32,6 +32,7 @@ lengen.kernels.flex_remap.choose.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -84,6 +85,20 @@ def _rotate(x, xp, pos, freq, sgn, DT: tl.constexpr):
 
 
 @triton.jit
+def _dot(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """a @ b accumulated in float32: "ieee" for float32 inputs (no TF32); UPCAST: bf16 operands
+    widened first (exact: the interpreter's dot mishandles bf16, see `_upcast_dot`)."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    if IEEE or UPCAST:
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
+@triton.jit
 def _remap_attention_fwd(
     Q, K, V, O, LSE, PQ, PK, KLEN, INV_FREQ, PRM, COUNTS,
     s_qb, s_qh, s_qt, s_kb, s_kh, s_kt, s_vb, s_vh, s_vt,
@@ -94,7 +109,7 @@ def _remap_attention_fwd(
     BD: tl.constexpr, BDV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CHUNK: tl.constexpr, FLOOR: tl.constexpr, K_MODE: tl.constexpr, HAS_QMAX: tl.constexpr,
     HAS_NGLOBAL: tl.constexpr, HAS_KLEN: tl.constexpr, CAUSAL_PREFIX: tl.constexpr,
-    COUNT: tl.constexpr, IEEE: tl.constexpr,
+    COUNT: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
 ):
     m_tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -183,10 +198,7 @@ def _remap_attention_fwd(
             s = tl.full([BM, BN], float("-inf"), tl.float32)
             if near_any:
                 k_near = _rotate(k, kp, pk, freq, sgn, DT)
-                if IEEE:
-                    s_near = tl.dot(q_near, tl.trans(k_near), input_precision="ieee")
-                else:
-                    s_near = tl.dot(q_near, tl.trans(k_near))
+                s_near = _dot(q_near, tl.trans(k_near), IEEE, UPCAST)
                 if near_full:
                     s = s_near * scale_log2
                 else:
@@ -202,10 +214,7 @@ def _remap_attention_fwd(
                     k_far = k.to(DT)
                 else:
                     k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn, DT)
-                if IEEE:
-                    s_far = tl.dot(q_far, tl.trans(k_far), input_precision="ieee")
-                else:
-                    s_far = tl.dot(q_far, tl.trans(k_far))
+                s_far = _dot(q_far, tl.trans(k_far), IEEE, UPCAST)
                 if far_full:
                     s = s_far * scale_log2
                 else:
@@ -225,11 +234,7 @@ def _remap_attention_fwd(
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + offs_n[:, None] * s_vt + offs_dv[None, :],
                         mask=col_ok[:, None] & (offs_dv < DV)[None, :], other=0.0)
-            if IEEE:
-                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, IEEE, UPCAST)
             m_i = m_new
 
     seen = l_i > 0.0
@@ -238,6 +243,13 @@ def _remap_attention_fwd(
     o_ptr = O + split * s_os + b * s_ob + h * s_oh + offs_m[:, None] * s_ot + offs_dv[None, :]
     tl.store(o_ptr, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv < DV)[None, :])
     tl.store(LSE + split * s_ls + b * s_lb + h * s_lh + offs_m, lse, mask=row_ok)
+
+
+def _upcast_dot(dtype) -> bool:
+    """Triton 3.9's interpreter (TRITON_INTERPRET=1) multiplies bf16 operands of tl.dot as raw
+    integers (garbage); widening the bf16 values to float32 first is exact and gives the
+    product the compiled kernel computes up to the summation order. Compiled: never."""
+    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _positions(pos: torch.Tensor, B: int, device) -> tuple[torch.Tensor, int]:
@@ -337,7 +349,7 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
         CHUNK=rule.chunk > 0, FLOOR=bool(rule.floor), K_MODE=K_MODES.index(rule.k_mode),
         HAS_QMAX=math.isfinite(rule.q_max), HAS_NGLOBAL=math.isfinite(rule.n_global),
         HAS_KLEN=k_len is not None, CAUSAL_PREFIX=bool(causal_prefix), COUNT=counts is not None,
-        IEEE=q.dtype == torch.float32, **extra,
+        IEEE=q.dtype == torch.float32, UPCAST=_upcast_dot(q.dtype), **extra,
     )
     if S == 1:
         return o[0], lse[0]
