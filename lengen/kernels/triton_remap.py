@@ -77,11 +77,11 @@ def _far_k(p, PRM, FLOOR: tl.constexpr, K_MODE: tl.constexpr):
 
 
 @triton.jit
-def _rotate(x, xp, pos, freq, sgn, DT: tl.constexpr):
-    """x rotated by pos (float64 [N]) in the half-split layout; xp = x's rotate-half partner
-    channels, sgn its sign (0 past the rotary dim, where freq = 0 leaves x as it is)."""
+def _rotate(x, xp, pos, freq, sgn):
+    """x rotated by pos (float64 [N]) in the half-split layout, float32; xp = x's rotate-half
+    partner channels, sgn its sign (0 past the rotary dim, where freq = 0 leaves x as it is)."""
     ang = pos.to(tl.float32)[:, None] * freq[None, :]
-    return (x * tl.cos(ang) + xp * sgn[None, :] * tl.sin(ang)).to(DT)
+    return x * tl.cos(ang) + xp * sgn[None, :] * tl.sin(ang)
 
 
 @triton.jit
@@ -114,8 +114,8 @@ def _remap_attention_fwd(
     m_tile = tl.program_id(0)
     bh = tl.program_id(1)
     split = tl.program_id(2)
-    b = bh // H
-    h = bh % H
+    b = (bh // H).to(tl.int64)  # int64: batch x head offsets can pass 2^31 elements
+    h = (bh % H).to(tl.int64)
     hk = h // GROUP_SIZE
     DT = Q.dtype.element_ty
 
@@ -141,8 +141,8 @@ def _remap_attention_fwd(
     qmask = row_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + offs_d[None, :], mask=qmask, other=0.0).to(tl.float32)
     qp = tl.load(q_ptr + partner[None, :], mask=qmask, other=0.0).to(tl.float32)
-    q_near = _rotate(q, qp, pq, freq, sgn, DT)
-    q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX), freq, sgn, DT)
+    q_near = _rotate(q, qp, pq, freq, sgn).to(DT)
+    q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX), freq, sgn).to(DT)
     q_min = tl.min(tl.where(row_ok, pq, float("inf")), 0)
     q_max = tl.max(tl.where(row_ok, pq, float("-inf")), 0)
 
@@ -197,7 +197,7 @@ def _remap_attention_fwd(
             kp = tl.load(k_ptr + partner[None, :], mask=kmask, other=0.0).to(tl.float32)
             s = tl.full([BM, BN], float("-inf"), tl.float32)
             if near_any:
-                k_near = _rotate(k, kp, pk, freq, sgn, DT)
+                k_near = _rotate(k, kp, pk, freq, sgn).to(DT)
                 s_near = _dot(q_near, tl.trans(k_near), IEEE, UPCAST)
                 if near_full:
                     s = s_near * scale_log2
@@ -213,7 +213,7 @@ def _remap_attention_fwd(
                 if K_MODE == 0:
                     k_far = k.to(DT)
                 else:
-                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn, DT)
+                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn).to(DT)
                 s_far = _dot(q_far, tl.trans(k_far), IEEE, UPCAST)
                 if far_full:
                     s = s_far * scale_log2
