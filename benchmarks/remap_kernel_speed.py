@@ -4,12 +4,14 @@ two-pass FlexAttention path, on CUDA, in one run (ratios to SDPA of the same run
     python benchmarks/remap_kernel_speed.py                 # 16k, 64k, 128k; prefill and decode
     python benchmarks/remap_kernel_speed.py --quick         # 16k only, 2 repeats
     python benchmarks/remap_kernel_speed.py --lengths 131072 --methods dca --heads 32 --head-dim 128
+    python benchmarks/remap_kernel_speed.py --configs 128x64x8,64x64x4,64x32x4   # compare launch settings
 
 Shapes: batch 1, --heads x --head-dim (default 8 x 64, as benchmarks/attention_speed.py), bf16
 (--dtype), positions 0..T-1, un-rotated q, k, v, RopeSpec(head_dim, 10000, --train-length 2048).
 Each method runs `method.attend(q, k, v, pos, pos)` (rotations included) with the path forced
-through lengen.kernels.flex_remap: `triton` (set_triton_mode("force")), `flex` (Triton off, flex
-forced; block masks cached, as a model's later layers see them). The baseline is
+through lengen.kernels.flex_remap: `triton` (set_triton_mode("force"); with --configs one row per
+BLOCK_MxBLOCK_NxWARPS setting of the prefill tiles, `triton 128x64x8`, else the kernel's own
+choice), `flex` (Triton off, flex forced; block masks cached, as a model's later layers see them). The baseline is
 `F.scaled_dot_product_attention(q, k, v, is_causal=True)` on the same tensors, without rotation.
 Decode (--steps): the last position's query against all T keys (un-rotated cache), SDPA without a
 mask. Per (length, step): rounds of (SDPA, each method and path) interleaved after one warm-up
@@ -36,8 +38,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lengen.extrapolation import RopeSpec, build_method  # noqa: E402
 from lengen.kernels import flex_remap  # noqa: E402
 
+try:
+    from lengen.kernels import triton_remap  # the `gpu` extra
+except ImportError:  # main() says so and exits
+    triton_remap = None
+
 METHODS = ["rerope:window=512", "self_extend:group=8,window=512", "dca", "string"]
-PATHS = {"triton": ("force", "off"), "flex": ("off", "force")}  # path: (triton mode, flex mode)
+MODES = {"triton": ("force", "off"), "flex": ("off", "force")}  # path: (triton mode, flex mode)
+PATHS = ["triton", "flex"]
+OVERRIDES: dict = {}  # path label: triton_remap.OVERRIDES while it runs (--configs)
 
 
 def call_for(spec, path, rope, step):
@@ -48,10 +57,12 @@ def call_for(spec, path, rope, step):
             if step == "decode":
                 return F.scaled_dot_product_attention(q[:, :, -1:], k, v)
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        triton_mode, flex_mode = PATHS[path]
+        triton_mode, flex_mode = MODES[path.split()[0]]
         previous = flex_remap.triton_mode(), flex_remap.mode()
         flex_remap.set_triton_mode(triton_mode)
         flex_remap.set_mode(flex_mode)
+        if path in OVERRIDES and step == "prefill":
+            triton_remap.OVERRIDES.update(OVERRIDES[path])
         try:
             if step == "decode":
                 return method.attend(q[:, :, -1:], k, v, pos[:, -1:], pos)
@@ -59,6 +70,8 @@ def call_for(spec, path, rope, step):
         finally:
             flex_remap.set_triton_mode(previous[0])
             flex_remap.set_mode(previous[1])
+            if path in OVERRIDES:
+                triton_remap.OVERRIDES.update(dict.fromkeys(triton_remap.OVERRIDES))
     return run
 
 
@@ -106,7 +119,7 @@ def measure(T, step, specs, args, dtype):
     for spec, path in entries:
         diff = "-"
         if path != "-":
-            other = outs[(spec, "flex" if path == "triton" else "triton")]
+            other = outs[(spec, "flex" if path.startswith("triton") else PATHS[0])]
             diff = f"{(outs[(spec, path)].float() - other.float()).abs().max().item():.2e}"
         base_ms, base_mb = best[("sdpa", "-")], peaks[("sdpa", "-")]
         rows.append([T, step, spec, path, f"{best[(spec, path)]:.3f}", f"{best[(spec, path)] / base_ms:.2f}",
@@ -128,13 +141,20 @@ def main(argv=None):
     p.add_argument("--train-length", type=int, default=2048)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--quick", action="store_true", help="16k only, 2 repeats")
+    p.add_argument("--configs", default="", help="prefill launch settings BMxBNxWARPS, comma-separated "
+                   "(one triton row each; default: the kernel's own choice)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("remap_kernel_speed: no CUDA device here; this benchmark times GPU kernels only (nothing run)")
         return 0
-    if not flex_remap.triton_available():
+    if triton_remap is None:
         print("remap_kernel_speed: triton is not installed (pip install -e '.[gpu]'); nothing run")
         return 0
+    if args.configs:
+        PATHS[:] = [f"triton {c}" for c in args.configs.split(",")] + ["flex"]
+        for c in args.configs.split(","):
+            bm, bn, warps = (int(x) for x in c.split("x"))
+            OVERRIDES[f"triton {c}"] = {"block_m": bm, "block_n": bn, "num_warps": warps}
     if args.quick:
         args.lengths, args.repeats = "16384", 2
     lengths = [int(x) for x in args.lengths.split(",")]

@@ -265,6 +265,21 @@ def _params(rule: RemapRule, device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64, device=device)
 
 
+#: launch settings the CUDA path uses unless a call names its own; None = chosen by `launch_config`.
+#: Untuned (no GPU was at hand when written): benchmarks/remap_kernel_speed.py --configs sets these
+#: to compare a few.
+OVERRIDES: dict = {"block_m": None, "block_n": None, "num_warps": None, "num_stages": None}
+
+
+def launch_config(Tq: int, D: int) -> dict:
+    """Tile sizes and warps: 16 query rows for decoding (tl.dot's smallest tile), else 128 x 64
+    for head dims up to 64 and 64 x 64 above (the kernel holds two rotated query tiles)."""
+    wide = Tq > 16 and D <= 64
+    cfg = {"block_m": 16 if Tq <= 16 else (128 if wide else 64), "block_n": 64,
+           "num_warps": 8 if wide else 4, "num_stages": None}
+    return {key: OVERRIDES[key] or value for key, value in cfg.items()}
+
+
 def queries_are_last_keys(pos_q: torch.Tensor, pos_k: torch.Tensor) -> bool:
     """Whether key positions strictly increase and the queries are the last Tq keys (prefill,
     chunked prefill): the kernel may then stop at each query tile's last key. Decoding one token
@@ -315,8 +330,9 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
     v = v if v.stride(-1) == 1 else v.contiguous()
     pq, s_pqb = _positions(pos_q, B, dev)
     pk, s_pkb = _positions(pos_k, B, dev)
-    BM = block_m or (16 if Tq <= 16 else 64)
-    BN = block_n or 64
+    cfg = launch_config(Tq, D)
+    BM, BN = block_m or cfg["block_m"], block_n or cfg["block_n"]
+    num_warps, num_stages = num_warps or cfg["num_warps"], num_stages or cfg["num_stages"]
     m_tiles = triton.cdiv(Tq, BM)
     key_tiles = triton.cdiv(Tk, BN)
     S = splits or default_splits(m_tiles * B * H, key_tiles, dev)
