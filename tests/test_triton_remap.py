@@ -1,7 +1,8 @@
 """The one-pass Triton kernel of the remapping methods (lengen.kernels.triton_remap), run on the
-CPU by Triton's interpreter (TRITON_INTERPRET=1, set below before triton is imported), against a
-naive float64 per-pair reference written here: r(i, j) from each method's formula, q rotated by r,
-a full softmax. Also: the tile counts (lengen.kernels.remap_tiles) against hand counts and the
+CPU by Triton's interpreter (TRITON_INTERPRET=1, set below before triton is imported; it must stay
+set while the kernel runs) or, on a machine with CUDA, compiled on the GPU, against a naive
+float64 per-pair reference written here: r(i, j) from each method's formula, q rotated by r, a
+full softmax. Also: the tile counts (lengen.kernels.remap_tiles) against hand counts and the
 kernel's own, the path choice, and a tiny Llama's logits with the kernel forced == blockwise.
 Small shapes: the interpreter runs each program in numpy."""
 
@@ -13,10 +14,12 @@ import os
 import pytest
 import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # read when triton is imported: before that
+# compiled on CUDA unless the interpreter was asked for; else the interpreter, which triton reads
+# when a kernel is defined and when it runs
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
 triton = pytest.importorskip("triton")
-if os.environ.get("TRITON_INTERPRET") != "1":  # pragma: no cover - set to something else outside
-    pytest.skip("these tests run the kernel under TRITON_INTERPRET=1", allow_module_level=True)
 
 from lengen.extrapolation import RopeSpec, build_method  # noqa: E402
 from lengen.extrapolation.string_method import STRING_FACTOR  # noqa: E402
@@ -98,12 +101,14 @@ def qkv(B=2, H=1, Hkv=None, Tq=T, Tk=T, d=D, seed=0, dtype=torch.float32):
 
 
 def kernel(spec, q, k, v, pos_q, pos_k, rope=ROPE, **kw):
+    """(o, lse) of the kernel on DEVICE, back on the CPU, with the method's inv_freq and scale."""
     method = build_method(spec, rope)
     inv_freq, af = method.rope_params(0)
     rule, scale = method.kernel_rule(pos_q, pos_k, af, q.shape[-1] ** -0.5)
-    o, lse = triton_remap.remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule, scale,
-                                          block_m=BLOCK, block_n=BLOCK, **kw)
-    return o, lse, inv_freq, scale
+    kw = {key: (x.to(DEVICE) if isinstance(x, torch.Tensor) and key != "counts" else x) for key, x in kw.items()}
+    o, lse = triton_remap.remap_attention(*(x.to(DEVICE) for x in (q, k, v, pos_q, pos_k)), inv_freq, rule,
+                                          scale, block_m=BLOCK, block_n=BLOCK, **kw)
+    return o.cpu(), lse.cpu(), inv_freq, scale
 
 
 SPECS = [  # windows / chunks that put the near / far boundary inside the 16-tiles
@@ -183,9 +188,9 @@ def test_causal_prefix_changes_nothing_but_the_tiles_visited():
     pos = torch.arange(T)[None]
     runs = []
     for prefix in (False, True):
-        counts = torch.zeros(4, dtype=torch.int32)
+        counts = torch.zeros(4, dtype=torch.int32, device=DEVICE)
         o, lse, _, _ = kernel(spec, q, k, v, pos, pos, causal_prefix=prefix, counts=counts)
-        runs.append((o, lse, counts))
+        runs.append((o, lse, counts.cpu()))
     torch.testing.assert_close(runs[0][0], runs[1][0], atol=0, rtol=0)
     assert runs[1][2][triton_remap.SKIPPED.value] == 0 < runs[0][2][triton_remap.SKIPPED.value]
     assert torch.equal(runs[0][2][:3], runs[1][2][:3])
@@ -233,7 +238,7 @@ def test_method_attend_goes_through_the_kernel(spec, factor, force_triton, monke
     method = build_method(spec, ROPE)
     q, k, v = qkv(H=4, Hkv=2)
     pos = torch.arange(T)[None]
-    out = method.attend(q, k, v, pos, pos)
+    out = method.attend(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), pos.to(DEVICE), pos.to(DEVICE)).cpu()
     assert calls
     factor = factor or (1 + 0.1 * math.log(T / 20))
     ref, _ = naive(spec.split(",original")[0], q, k, v, pos, pos, method.rope_params(0)[0], D ** -0.5 * factor ** 2)
@@ -269,15 +274,18 @@ def test_tiny_llama_logits_with_the_kernel_forced_equal_blockwise(force_triton):
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=100,
                                       max_position_embeddings=32, initializer_range=0.1)
-    model = transformers.LlamaForCausalLM(config).eval()
-    ids = torch.randint(0, 100, (1, 48), generator=torch.Generator().manual_seed(1))
+    model = transformers.LlamaForCausalLM(config).eval().to(DEVICE)
+    ids = torch.randint(0, 100, (1, 48), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    flex = flex_remap.mode()
     for spec in ("self_extend:group=3,window=8", "dca:chunk_size=24,local_size=4"):
         extend(model, spec)
         with torch.no_grad():
             flex_remap.set_triton_mode("force")
             ours = model(ids).logits
             flex_remap.set_triton_mode("off")
+            flex_remap.set_mode("off")
             theirs = model(ids).logits
+            flex_remap.set_mode(flex)
         torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
         from lengen.hf import restore
         restore(model)
@@ -312,7 +320,7 @@ def test_tile_counts_by_hand_and_by_the_kernel(spec):
     assert counts["total"] == 16 and counts["causal"] == 10
     q, k, v = qkv(B=1, H=1, Tq=64, Tk=64)
     pos = torch.arange(64)[None]
-    seen = torch.zeros(4, dtype=torch.int32)
+    seen = torch.zeros(4, dtype=torch.int32, device=DEVICE)
     kernel(spec, q, k, v, pos, pos, counts=seen)
     assert dict(zip(triton_remap.CLASSES, seen.tolist())) == HAND[spec]
 
