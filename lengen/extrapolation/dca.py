@@ -38,7 +38,7 @@ import math
 import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
-from lengen.extrapolation.base import ExtrapolationMethod, sequence_length
+from lengen.extrapolation.base import ExtrapolationMethod, repeat_kv, sequence_length
 from lengen.kernels.lse_attention import attention_with_lse, merge
 from lengen.kernels import flex_remap
 from lengen.kernels.flex_remap import TwoPiece
@@ -129,6 +129,7 @@ class DualChunk(ExtrapolationMethod):
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
         m = self.temperature(sequence_length(pos_q, pos_k))
         scale = scale * (attention_factor * m) ** 2
 

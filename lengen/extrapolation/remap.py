@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
-from lengen.extrapolation.base import ExtrapolationMethod
+from lengen.extrapolation.base import ExtrapolationMethod, repeat_kv
 from lengen.extrapolation.blockwise import two_piece_attention
 from lengen.kernels import flex_remap
 from lengen.kernels.flex_remap import TwoPiece
@@ -121,6 +121,7 @@ class RemapMethod(ExtrapolationMethod):
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
 
         # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
         def rotate(x, pos):

@@ -54,6 +54,7 @@ from typing import Callable
 
 import torch
 
+from lengen.kernels.heads import repeat_kv
 from lengen.kernels.lse_attention import merge
 
 log = logging.getLogger("lengen.kernels")
@@ -188,7 +189,8 @@ def _kernel_rule_of(method):
 def attend_method(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale) -> torch.Tensor | None:
     """A remapping method's attention on the path `choose` picks: the Triton kernel
     (`method.kernel_rule`), the flex passes (`method.flex_pieces`), or None: the method's own
-    blockwise path then runs (also when a path failed in auto mode)."""
+    blockwise path then runs (also when a path failed in auto mode). k, v [B, Hk, Tk, d] with Hk
+    dividing q's heads (grouped-query: the kernel reads them per group, flex gets them repeated)."""
     path = choose(method, q, k, v)
     if path == "triton":
         out = _try_triton(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
@@ -197,6 +199,7 @@ def attend_method(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, sca
         path = "flex" if applies(q) else "blockwise"
     if path != "flex":
         return None
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])  # flex_pieces takes k, v at q's heads
     return try_attend(lambda: method.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
 
 

@@ -31,6 +31,7 @@ lengen.kernels.flex_remap.choose.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -258,7 +259,10 @@ def _positions(pos: torch.Tensor, B: int, device) -> tuple[torch.Tensor, int]:
     return pos, (0 if pos.shape[0] == 1 else pos.stride(0))
 
 
+@functools.lru_cache(maxsize=32)
 def _params(rule: RemapRule, device) -> torch.Tensor:
+    """The rule's float64 parameter table on the device, made once per (rule, device): a decode
+    step's layers would otherwise each copy it from the host."""
     finite = lambda x: x if math.isfinite(x) else 0.0  # noqa: E731 - unused unless finite
     values = [rule.window, rule.chunk, rule.group, rule.q_mul, rule.q_add, finite(rule.q_max),
               finite(rule.n_global)]   # the order of P_WINDOW .. P_NGLOBAL
