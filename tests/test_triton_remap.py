@@ -231,15 +231,17 @@ def force_triton():
                                          ("lambda:n_global=5,window=20", 1.0)])
 def test_method_attend_goes_through_the_kernel(spec, factor, force_triton, monkeypatch):
     """method.attend with the kernel forced: the logit factors the method adds (STRING's
-    1 + 0.1 ln 2 on q and k, DCA's temperature m = 1 + 0.1 ln(T / original_length)) reach it."""
+    1 + 0.1 ln 2 on q and k, DCA's temperature m = 1 + 0.1 ln(T / original_length)) reach it,
+    and so do the 2 key / value heads of the 4 query heads, unrepeated."""
     calls = []
     real = triton_remap.remap_attention
-    monkeypatch.setattr(triton_remap, "remap_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(triton_remap, "remap_attention",
+                        lambda *a, **kw: calls.append(a[1].shape[1]) or real(*a, **kw))
     method = build_method(spec, ROPE)
     q, k, v = qkv(H=4, Hkv=2)
     pos = torch.arange(T)[None]
     out = method.attend(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), pos.to(DEVICE), pos.to(DEVICE)).cpu()
-    assert calls
+    assert calls == [2]
     factor = factor or (1 + 0.1 * math.log(T / 20))
     ref, _ = naive(spec.split(",original")[0], q, k, v, pos, pos, method.rope_params(0)[0], D ** -0.5 * factor ** 2)
     close(out, ref)

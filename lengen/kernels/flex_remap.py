@@ -44,6 +44,7 @@ last set is cached, keyed on the position tensors' identity and version and the 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -162,8 +163,9 @@ def triton_mode() -> str:
     return _triton_mode
 
 
+@functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
-    """True when the triton package is installed (not imported here)."""
+    """True when the triton package is installed (not imported here; looked up once)."""
     return importlib.util.find_spec("triton") is not None
 
 
