@@ -169,10 +169,11 @@ def test_grouped_query_and_partial_rotary(spec):
 
 
 @pytest.mark.parametrize("spec", ["rerope:window=20", "sinks:n_global=4,window=30", "dca:chunk_size=40,local_size=10",
-                                  "string:shift=30,window=8"])
+                                  "string:shift=30,window=8", "lambda:n_global=0,window=20"])
 def test_decode_over_the_cache_equals_the_last_prefill_row(spec):
     """One query against the whole cache of un-rotated keys, keys split in 3 (flash-decoding,
-    merged by log-sum-exp) and not: the last row of the prefill."""
+    merged by log-sum-exp) and not: the last row of the prefill. lambda without global keys: the
+    first split sees no key at all (weight 0 in the merge)."""
     q, k, v = qkv()
     pos = torch.arange(T)[None]
     o, lse, _, _ = kernel(spec, q, k, v, pos, pos, causal_prefix=True)

@@ -39,7 +39,6 @@ import torch
 import triton
 import triton.language as tl
 
-from lengen.kernels.lse_attention import merge
 from lengen.kernels.remap_tiles import K_MODES, RemapRule
 
 LOG2E = 1.4426950408889634
@@ -246,6 +245,26 @@ def _remap_attention_fwd(
     tl.store(LSE + split * s_ls + b * s_lb + h * s_lh + offs_m, lse, mask=row_ok)
 
 
+@triton.jit
+def _combine_splits(OP, LP, O, LSE, S, s_os, s_ls, DV: tl.constexpr, BDV: tl.constexpr, BS: tl.constexpr):
+    """Flash-decoding's last step: one program per (batch, head, query) row merges the S key
+    splits' (o, lse) exactly, lse = log sum_s e^lse_s, o = sum_s e^(lse_s - lse) o_s."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BS)
+    offs_d = tl.arange(0, BDV)
+    s_ok = offs_s < S
+    lse = tl.load(LP + offs_s * s_ls + row, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - m_safe)  # 0 for a split that saw no key
+    total = tl.sum(w, 0)
+    o = tl.load(OP + offs_s[:, None] * s_os + row * DV + offs_d[None, :],
+                mask=s_ok[:, None] & (offs_d < DV)[None, :], other=0.0)
+    out = tl.sum(o * w[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(O + row * DV + offs_d, out.to(O.dtype.element_ty), mask=offs_d < DV)
+    tl.store(LSE + row, tl.where(total > 0, m_safe + tl.log(tl.where(total > 0, total, 1.0)), float("-inf")))
+
+
 def _upcast_dot(dtype) -> bool:
     """Triton 3.9's interpreter (TRITON_INTERPRET=1) multiplies bf16 operands of tl.dot as raw
     integers (garbage); widening the bf16 values to float32 first is exact and gives the
@@ -373,5 +392,8 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
     )
     if S == 1:
         return o[0], lse[0]
-    out, total = merge([(o[s], lse[s]) for s in range(S)], torch.float32)
-    return out.to(q.dtype), total
+    out = torch.empty(B, H, Tq, DV, dtype=q.dtype, device=dev)
+    total = torch.empty(B, H, Tq, dtype=torch.float32, device=dev)
+    _combine_splits[(B * H * Tq,)](o, lse, out, total, S, o.stride(0), lse.stride(0),
+                                   DV=DV, BDV=triton.next_power_of_2(DV), BS=triton.next_power_of_2(S))
+    return out, total
