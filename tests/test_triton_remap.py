@@ -336,3 +336,22 @@ def test_cost_over_sdpa():
     # the one query (position 63) sees key tile 3 near (d 0..15), straddles tile 2 (d 16..31,
     # w = 20) and tiles 0, 1 far
     assert (decode["near"], decode["straddling"], decode["far"]) == (1, 1, 2)
+
+
+@pytest.mark.parametrize("spec", ["rerope:window=20", "self_extend:group=3,window=20"])
+def test_large_positions_equal_the_blockwise_path(spec, force_triton):
+    """Positions past 131000 (angles past 1e5 radians): the kernel's float64 range reduction of
+    the float32 angle gives the cos / sin the blockwise path's rope_cos_sin does (both round the
+    angle to float32, so they agree where the naive reference of exact relative angles does not)."""
+    method = build_method(spec, ROPE)
+    q, k, v = qkv(B=1)
+    pos = torch.arange(T)[None] + 131000
+    out = method.attend(*(x.to(DEVICE) for x in (q, k, v, pos, pos))).cpu()
+    flex_remap.set_triton_mode("off")
+    previous = flex_remap.mode()
+    flex_remap.set_mode("off")
+    try:
+        ref = method.attend(q, k, v, pos, pos)
+    finally:
+        flex_remap.set_mode(previous)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)

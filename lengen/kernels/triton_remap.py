@@ -38,10 +38,13 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from lengen.kernels.remap_tiles import K_MODES, RemapRule
 
 LOG2E = 1.4426950408889634
+TWO_PI = tl.constexpr(6.283185307179586)
+INV_TWO_PI = tl.constexpr(0.15915494309189535)
 LN2 = tl.constexpr(0.6931471805599453)
 # where the float64 rule parameters sit in the PRM table (constexpr: read inside the kernel)
 P_WINDOW, P_CHUNK, P_GROUP, P_QMUL, P_QADD, P_QMAX, P_NGLOBAL = (tl.constexpr(i) for i in range(7))
@@ -77,11 +80,22 @@ def _far_k(p, PRM, FLOOR: tl.constexpr, K_MODE: tl.constexpr):
 
 
 @triton.jit
-def _rotate(x, xp, pos, freq, sgn):
+def _rotate(x, xp, pos, freq, sgn, FAST_TRIG: tl.constexpr):
     """x rotated by pos (float64 [N]) in the half-split layout, float32; xp = x's rotate-half
-    partner channels, sgn its sign (0 past the rotary dim, where freq = 0 leaves x as it is)."""
-    ang = pos.to(tl.float32)[:, None] * freq[None, :]
-    return x * tl.cos(ang) + xp * sgn[None, :] * tl.sin(ang)
+    partner channels, sgn its sign (0 past the rotary dim, where freq = 0 leaves x as it is).
+    The angle is rope_cos_sin's float32(pos) x inv_freq, reduced to [-pi, pi] in float64 (exact
+    for that float32 value), so cos / sin never take CUDA's slow path for large arguments (past
+    ~1e5 radians: position x frequency at 128k tokens) and FAST_TRIG may use the hardware's
+    approximate sin / cos (absolute error ~1e-6 on [-pi, pi])."""
+    ang = (pos.to(tl.float32)[:, None] * freq[None, :]).to(tl.float64)
+    r = (ang - TWO_PI * tl.floor(ang * INV_TWO_PI + 0.5)).to(tl.float32)
+    if FAST_TRIG:
+        c = libdevice.fast_cosf(r)
+        s = libdevice.fast_sinf(r)
+    else:
+        c = tl.cos(r)
+        s = tl.sin(r)
+    return x * c + xp * sgn[None, :] * s
 
 
 @triton.jit
@@ -109,7 +123,7 @@ def _remap_attention_fwd(
     BD: tl.constexpr, BDV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CHUNK: tl.constexpr, FLOOR: tl.constexpr, K_MODE: tl.constexpr, HAS_QMAX: tl.constexpr,
     HAS_NGLOBAL: tl.constexpr, HAS_KLEN: tl.constexpr, CAUSAL_PREFIX: tl.constexpr,
-    COUNT: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    COUNT: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):
     m_tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -141,8 +155,8 @@ def _remap_attention_fwd(
     qmask = row_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + offs_d[None, :], mask=qmask, other=0.0).to(tl.float32)
     qp = tl.load(q_ptr + partner[None, :], mask=qmask, other=0.0).to(tl.float32)
-    q_near = _rotate(q, qp, pq, freq, sgn).to(DT)
-    q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX), freq, sgn).to(DT)
+    q_near = _rotate(q, qp, pq, freq, sgn, FAST_TRIG).to(DT)
+    q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX), freq, sgn, FAST_TRIG).to(DT)
     q_min = tl.min(tl.where(row_ok, pq, float("inf")), 0)
     q_max = tl.max(tl.where(row_ok, pq, float("-inf")), 0)
 
@@ -197,7 +211,7 @@ def _remap_attention_fwd(
             kp = tl.load(k_ptr + partner[None, :], mask=kmask, other=0.0).to(tl.float32)
             s = tl.full([BM, BN], float("-inf"), tl.float32)
             if near_any:
-                k_near = _rotate(k, kp, pk, freq, sgn).to(DT)
+                k_near = _rotate(k, kp, pk, freq, sgn, FAST_TRIG).to(DT)
                 s_near = _dot(q_near, tl.trans(k_near), IEEE, UPCAST)
                 if near_full:
                     s = s_near * scale_log2
@@ -213,7 +227,7 @@ def _remap_attention_fwd(
                 if K_MODE == 0:
                     k_far = k.to(DT)
                 else:
-                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn).to(DT)
+                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn, FAST_TRIG).to(DT)
                 s_far = _dot(q_far, tl.trans(k_far), IEEE, UPCAST)
                 if far_full:
                     s = s_far * scale_log2
@@ -269,7 +283,12 @@ def _upcast_dot(dtype) -> bool:
     """Triton 3.9's interpreter (TRITON_INTERPRET=1) multiplies bf16 operands of tl.dot as raw
     integers (garbage); widening the bf16 values to float32 first is exact and gives the
     product the compiled kernel computes up to the summation order. Compiled: never."""
-    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET", "0") == "1"
+    return dtype == torch.bfloat16 and _interpreted()
+
+
+def _interpreted() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (which has no libdevice functions)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _positions(pos: torch.Tensor, B: int, device) -> tuple[torch.Tensor, int]:
@@ -291,16 +310,17 @@ def _params(rule: RemapRule, device) -> torch.Tensor:
 #: launch settings the CUDA path uses unless a call names its own; None = chosen by `launch_config`.
 #: Untuned (no GPU was at hand when written): benchmarks/remap_kernel_speed.py --configs sets these
 #: to compare a few.
-OVERRIDES: dict = {"block_m": None, "block_n": None, "num_warps": None, "num_stages": None}
+OVERRIDES: dict = {"block_m": None, "block_n": None, "num_warps": None, "num_stages": None, "fast_trig": None}
 
 
 def launch_config(Tq: int, D: int) -> dict:
     """Tile sizes and warps: 16 query rows for decoding (tl.dot's smallest tile), else 128 x 64
-    for head dims up to 64 and 64 x 64 above (the kernel holds two rotated query tiles)."""
+    for head dims up to 64 and 64 x 64 above (the kernel holds two rotated query tiles); the
+    hardware's approximate sin / cos after the exact range reduction (`_rotate`)."""
     wide = Tq > 16 and D <= 64
     cfg = {"block_m": 16 if Tq <= 16 else (128 if wide else 64), "block_n": 64,
-           "num_warps": 8 if wide else 4, "num_stages": None}
-    return {key: OVERRIDES[key] or value for key, value in cfg.items()}
+           "num_warps": 8 if wide else 4, "num_stages": None, "fast_trig": True}
+    return {key: value if OVERRIDES[key] is None else OVERRIDES[key] for key, value in cfg.items()}
 
 
 def queries_are_last_keys(pos_q: torch.Tensor, pos_k: torch.Tensor) -> bool:
@@ -388,7 +408,8 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
         CHUNK=rule.chunk > 0, FLOOR=bool(rule.floor), K_MODE=K_MODES.index(rule.k_mode),
         HAS_QMAX=math.isfinite(rule.q_max), HAS_NGLOBAL=math.isfinite(rule.n_global),
         HAS_KLEN=k_len is not None, CAUSAL_PREFIX=bool(causal_prefix), COUNT=counts is not None,
-        IEEE=q.dtype == torch.float32, UPCAST=_upcast_dot(q.dtype), **extra,
+        IEEE=q.dtype == torch.float32, UPCAST=_upcast_dot(q.dtype),
+        FAST_TRIG=bool(cfg["fast_trig"]) and not _interpreted(), **extra,
     )
     if S == 1:
         return o[0], lse[0]
