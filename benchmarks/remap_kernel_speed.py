@@ -4,14 +4,14 @@ two-pass FlexAttention path, on CUDA, in one run (ratios to SDPA of the same run
     python benchmarks/remap_kernel_speed.py                 # 16k, 64k, 128k; prefill and decode
     python benchmarks/remap_kernel_speed.py --quick         # 16k only, 2 repeats
     python benchmarks/remap_kernel_speed.py --lengths 131072 --methods dca --heads 32 --head-dim 128
-    python benchmarks/remap_kernel_speed.py --configs 128x64x8,64x64x4,64x32x4   # compare launch settings
+    python benchmarks/remap_kernel_speed.py --configs 128x64x8,128x64x8p,64x64x4   # compare launch settings
 
 Shapes: batch 1, --heads x --head-dim (default 8 x 64, as benchmarks/attention_speed.py), bf16
 (--dtype), positions 0..T-1, un-rotated q, k, v, RopeSpec(head_dim, 10000, --train-length 2048).
 Each method runs `method.attend(q, k, v, pos, pos)` (rotations included) with the path forced
 through lengen.kernels.flex_remap: `triton` (set_triton_mode("force"); with --configs one row per
-BLOCK_MxBLOCK_NxWARPS setting of the prefill tiles, `triton 128x64x8`, else the kernel's own
-choice), `flex` (Triton off, flex forced; block masks cached, as a model's later layers see them). The baseline is
+BLOCK_MxBLOCK_NxWARPS setting of the prefill tiles, `triton 128x64x8`, a trailing `p` for the
+precise libdevice sin / cos instead of the approximate ones, else the kernel's own choice), `flex` (Triton off, flex forced; block masks cached, as a model's later layers see them). The baseline is
 `F.scaled_dot_product_attention(q, k, v, is_causal=True)` on the same tensors, without rotation.
 Decode (--steps): the last position's query against all T keys (un-rotated cache), SDPA without a
 mask. Per (length, step): rounds of (SDPA, each method and path) interleaved after one warm-up
@@ -144,8 +144,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="16k only, 2 repeats")
     p.add_argument("--no-flex", action="store_true",
                    help="skip the flex path (its first call compiles for tens of seconds per method and length)")
-    p.add_argument("--configs", default="", help="prefill launch settings BMxBNxWARPS, comma-separated "
-                   "(one triton row each; default: the kernel's own choice)")
+    p.add_argument("--configs", default="", help="prefill launch settings BMxBNxWARPS[p], comma-separated "
+                   "(one triton row each; p: precise sin / cos; default: the kernel's own choice)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("remap_kernel_speed: no CUDA device here; this benchmark times GPU kernels only (nothing run)")
@@ -156,8 +156,9 @@ def main(argv=None):
     if args.configs:
         PATHS[:] = [f"triton {c}" for c in args.configs.split(",")] + ["flex"]
         for c in args.configs.split(","):
-            bm, bn, warps = (int(x) for x in c.split("x"))
-            OVERRIDES[f"triton {c}"] = {"block_m": bm, "block_n": bn, "num_warps": warps}
+            bm, bn, warps = (int(x) for x in c.rstrip("p").split("x"))
+            OVERRIDES[f"triton {c}"] = {"block_m": bm, "block_n": bn, "num_warps": warps,
+                                        "fast_trig": not c.endswith("p")}
     if args.no_flex:
         PATHS.remove("flex")
     if args.quick:
