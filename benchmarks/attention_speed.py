@@ -89,14 +89,16 @@ def runner(entry, args, device):
         return call
 
     def with_mode(q, k, v, pos):
-        previous = flex_remap.mode()
+        previous, previous_triton = flex_remap.mode(), flex_remap.triton_mode()
         flex_remap.set_mode(mode)
+        flex_remap.set_triton_mode("off")  # these paths, not the Triton kernel (remap_kernel_speed.py)
         if fresh_masks:
             flex_remap.clear_mask_cache()
         try:
             return call(q, k, v, pos)
         finally:
             flex_remap.set_mode(previous)
+            flex_remap.set_triton_mode(previous_triton)
     return with_mode
 
 

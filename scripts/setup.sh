@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv with lengen and its test, HF, GGUF, sweep (Ray), docs-site (MkDocs) and lm-eval extras, at the
+# Sets up .venv with lengen and its test (with Triton, whose interpreter runs the GPU kernel's tests on
+# the CPU), HF, GGUF, sweep (Ray), docs-site (MkDocs) and lm-eval extras, at the
 # versions in constraints.txt (what CI passed with), so the README's commands give the same
 # environment on any day. On another Python than the one constraints.txt was resolved for, or with
 # LENGEN_UNPINNED=1, it installs the newest releases within pyproject.toml's ranges instead (and

@@ -90,6 +90,16 @@ def qkv(B=2, H=2, seed=0, dtype=torch.float32, device="cpu"):
     return [torch.randn(B, H, T, D, generator=g).to(device, dtype) for _ in range(3)]
 
 
+@pytest.fixture(autouse=True)
+def no_triton_kernel():
+    """These tests are about the flex passes: the one-pass Triton kernel, which CUDA's auto mode
+    tries first (tests/test_triton_remap.py), stays off here."""
+    previous = flex_remap.triton_mode()
+    flex_remap.set_triton_mode("off")
+    yield
+    flex_remap.set_triton_mode(previous)
+
+
 @pytest.fixture
 def force_flex():
     previous = flex_remap.mode()

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from lengen.encodings.rope import apply_rotary, default_inv_freq, keep_highest_frequencies, rope_cos_sin
 from lengen.errors import LengenError
+from lengen.kernels.heads import repeat_kv  # noqa: F401 - re-exported: lengen.hf.banded uses it here
 
 
 @dataclass
@@ -97,8 +98,8 @@ class ExtrapolationMethod:
         return None
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
-        """Causal attention from un-rotated q [B,H,Tq,d], k, v [B,H,Tk,d] at positions
-        pos_q [B|1,Tq], pos_k [B|1,Tk]; return [B,H,Tq,d], or None for ordinary RoPE."""
+        """Causal attention from un-rotated q [B,H,Tq,d], k, v [B,Hk,Tk,d] (Hk divides H) at
+        positions pos_q [B|1,Tq], pos_k [B|1,Tk]; return [B,H,Tq,d], or None for ordinary RoPE."""
         return None
 
     def relative_positions(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:
@@ -150,7 +151,7 @@ class ExtrapolationMethod:
         qs = self.query_scale(pos_q)
         if qs is not None:
             q = q * qs.to(q.dtype)
-        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+        # k, v keep their Hk heads: the Triton kernel reads them per head group, the other paths repeat
         return self.attention(q, k, v, pos_q, pos_k, inv_freq, factor, scale)
 
     def __str__(self) -> str:
@@ -186,11 +187,6 @@ def sequence_length(pos_q: torch.Tensor, pos_k: torch.Tensor) -> int:
     """The one length for a batch: the longest of `sequence_lengths` (queries counted too)."""
     return int(max(sequence_lengths(pos_q).max(), sequence_lengths(pos_k).max()))
 
-
-def repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """[B, Hk, T, d] -> [B, heads, T, d] for grouped-query attention (Hk divides heads)."""
-    hk = x.shape[1]
-    return x if hk == heads else x.repeat_interleave(heads // hk, dim=1)
 
 
 def causal_mask(pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:

@@ -38,10 +38,11 @@ import math
 import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
-from lengen.extrapolation.base import ExtrapolationMethod, sequence_length
+from lengen.extrapolation.base import ExtrapolationMethod, repeat_kv, sequence_length
 from lengen.kernels.lse_attention import attention_with_lse, merge
 from lengen.kernels import flex_remap
 from lengen.kernels.flex_remap import TwoPiece
+from lengen.kernels.remap_tiles import RemapRule
 from lengen.extrapolation.remap import constant_positions
 
 NONE, PART, FULL = 0, 1, 2
@@ -97,6 +98,14 @@ class DualChunk(ExtrapolationMethod):
         return max(1.0, 1.0 + 0.1 * math.log(seq_len / self.original_length))
 
     # ---- attention ---------------------------------------------------------------------------
+    def remap_rule(self) -> RemapRule:
+        """near iff p_i <= C + s floor(p_j / s); far: q at C, k at p_j mod s."""
+        return RemapRule(self.C, chunk=self.s, q_mul=0.0, q_add=self.C, k_mode="mod")
+
+    def kernel_rule(self, pos_q, pos_k, attention_factor, scale):
+        m = self.temperature(sequence_length(pos_q, pos_k))
+        return self.remap_rule(), scale * (attention_factor * m) ** 2
+
     def flex_pieces(self, q, k, pos_q, pos_k, inv_freq, attention_factor, scale):
         """The near / far description the FlexAttention passes run (lengen.kernels.flex_remap):
         near iff p_j <= p_i <= thr_j, far iff p_i > thr_j."""
@@ -120,6 +129,7 @@ class DualChunk(ExtrapolationMethod):
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
         m = self.temperature(sequence_length(pos_q, pos_k))
         scale = scale * (attention_factor * m) ** 2
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from lengen.extrapolation.remap import RemapMethod, constant_positions
+from lengen.kernels.remap_tiles import RemapRule
 
 
 class LambdaMask(RemapMethod):
@@ -49,6 +50,9 @@ class LambdaMask(RemapMethod):
     def far_key_mask(self, pos_k: torch.Tensor) -> torch.Tensor:
         return pos_k < self.n_global
 
+    def remap_rule(self) -> RemapRule:
+        return RemapRule(self.window, q_mul=0.0, q_add=self.window, k_mode="zero", n_global=self.n_global)
+
 
 class Sinks(LambdaMask):
     name = "sinks"
@@ -65,3 +69,6 @@ class Sinks(LambdaMask):
 
     def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor:
         return pos_k.double()
+
+    def remap_rule(self) -> RemapRule:
+        return RemapRule(self.window, q_max=self.window + self.n_global - 1, n_global=self.n_global)

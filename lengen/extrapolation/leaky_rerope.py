@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from lengen.extrapolation.remap import RemapMethod
+from lengen.kernels.remap_tiles import RemapRule
 
 
 class LeakyReRope(RemapMethod):
@@ -30,3 +31,6 @@ class LeakyReRope(RemapMethod):
 
     def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor:
         return pos_k.double() / self.factor
+
+    def remap_rule(self) -> RemapRule:
+        return RemapRule(self.window, group=self.factor, q_add=self.window - self.window / self.factor)

@@ -10,8 +10,8 @@ Each is described by four things (delta = p_i - p_j, query position p_i, key pos
   far_key_mask(p_j) which keys may be attended from beyond the window (None: all of them).
 `relative_positions` gives the resulting map r(i, j) (NaN where masked) and `attention` runs the
 blockwise two-piece attention of `lengen.extrapolation.blockwise`, never building T x T scores;
-on CUDA (`lengen.kernels.flex_remap.applies`) the two FlexAttention passes described by
-`flex_pieces` instead, the blockwise path staying the fallback.
+on CUDA (`lengen.kernels.flex_remap.choose`) the one-pass Triton kernel of `remap_rule`, or the
+two FlexAttention passes described by `flex_pieces`, the blockwise path staying the fallback.
 
 Because the rotation is applied inside attention, the KV cache must hold UN-rotated keys (see
 `lengen.extrapolation.cache`).
@@ -22,10 +22,11 @@ from __future__ import annotations
 import torch
 
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
-from lengen.extrapolation.base import ExtrapolationMethod
+from lengen.extrapolation.base import ExtrapolationMethod, repeat_kv
 from lengen.extrapolation.blockwise import two_piece_attention
 from lengen.kernels import flex_remap
 from lengen.kernels.flex_remap import TwoPiece
+from lengen.kernels.remap_tiles import RemapRule
 
 
 def constant_positions(pos: torch.Tensor, value: float) -> torch.Tensor:
@@ -74,6 +75,16 @@ class RemapMethod(ExtrapolationMethod):
     def far_key_mask(self, pos_k: torch.Tensor) -> torch.Tensor | None:
         return None
 
+    def remap_rule(self) -> RemapRule | None:
+        """The rule above as data for the one-pass Triton kernel (lengen.kernels.triton_remap);
+        None: the method has none, the flex / blockwise paths run."""
+        return None
+
+    def kernel_rule(self, pos_q, pos_k, attention_factor, scale) -> tuple[RemapRule, float]:
+        """(rule, logit scale) the Triton kernel runs: attention_factor multiplies cos and sin of
+        q and k, so its square joins the scale."""
+        return self.remap_rule(), scale * attention_factor ** 2
+
     def relative_positions(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor:
         """r(i, j) [B|1, Tq, Tk] float64 as the attention sees it; NaN where the pair is masked."""
         pq, pk = pos_q.double(), pos_k.double()
@@ -117,6 +128,7 @@ class RemapMethod(ExtrapolationMethod):
         out = flex_remap.attend_method(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
         if out is not None:
             return out
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
 
         # attention_factor multiplies cos and sin of q and k: fold its square into the scale.
         return two_piece_attention(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from lengen.extrapolation.remap import RemapMethod, constant_positions
+from lengen.kernels.remap_tiles import RemapRule
 
 
 class ReRope(RemapMethod):
@@ -28,3 +29,6 @@ class ReRope(RemapMethod):
 
     def far_query_positions(self, pos_q: torch.Tensor) -> torch.Tensor:
         return constant_positions(pos_q, self.window)
+
+    def remap_rule(self) -> RemapRule:
+        return RemapRule(self.window, q_mul=0.0, q_add=self.window, k_mode="zero")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from lengen.extrapolation.remap import RemapMethod
+from lengen.kernels.remap_tiles import RemapRule
 
 
 class SelfExtend(RemapMethod):
@@ -34,3 +35,7 @@ class SelfExtend(RemapMethod):
 
     def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor:
         return torch.floor(pos_k.double() / self.group)
+
+    def remap_rule(self) -> RemapRule:
+        return RemapRule(self.window, group=self.group, floor=True,
+                         q_add=self.window - self.window / self.group)

@@ -33,6 +33,7 @@ import torch
 
 from lengen.extrapolation.base import causal_attention
 from lengen.extrapolation.remap import RemapMethod
+from lengen.kernels.remap_tiles import RemapRule
 from lengen.encodings.rope import apply_rotary, rope_cos_sin
 
 STRING_FACTOR = 1.0 + 0.1 * math.log(2.0)
@@ -63,6 +64,9 @@ class String(RemapMethod):
 
     def far_key_positions(self, pos_k: torch.Tensor) -> torch.Tensor:
         return pos_k.double()
+
+    def remap_rule(self) -> RemapRule | None:
+        return None if self.shift == 0 else RemapRule(self.shift, q_add=self.local - self.shift)
 
     def relative_positions(self, pos_q, pos_k):
         if self.shift == 0:

@@ -30,12 +30,22 @@ When it runs (`mode()`, env LENGEN_FLEX_REMAP):
   "off" (0)         never: the blockwise path everywhere.
 The CPU default is unchanged: the blockwise path with torch's fused CPU flash kernel.
 
+Ahead of the flex passes comes the one-pass Triton kernel (lengen.kernels.triton_remap) for
+methods with a `kernel_rule`: `choose(method, q, ...)` is the one place the path is picked, by
+device ("triton", then "flex", then the method's blockwise path). Its mode (`triton_mode()`,
+env LENGEN_TRITON_REMAP) reads like flex's: "auto" on CUDA tensors when triton is installed and
+no gradient is needed (the kernel is forward only), giving up (logged once) for flex if a call
+fails; "force" on any device, errors raised (on CPU only under TRITON_INTERPRET=1: the tests);
+"off" never. Triton is imported only when the kernel runs.
+
 Block masks depend only on the positions and the method, so one forward's layers share them: the
 last set is cached, keyed on the position tensors' identity and version and the method.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 import warnings
@@ -45,6 +55,7 @@ from typing import Callable
 
 import torch
 
+from lengen.kernels.heads import repeat_kv
 from lengen.kernels.lse_attention import merge
 
 log = logging.getLogger("lengen.kernels")
@@ -62,8 +73,8 @@ MODES = ("auto", "force", "off")
 BLOCK_SIZE = 128
 
 
-def _mode_from_env() -> str:
-    value = os.environ.get("LENGEN_FLEX_REMAP", "auto").strip().lower()
+def _mode_from_env(variable: str = "LENGEN_FLEX_REMAP") -> str:
+    value = os.environ.get(variable, "auto").strip().lower()
     if value in ("1", "on", "true", "yes", "force"):
         return "force"
     if value in ("0", "off", "false", "no"):
@@ -73,6 +84,8 @@ def _mode_from_env() -> str:
 
 _mode = _mode_from_env()
 _failed: str | None = None          # auto mode: the reason flex was given up, once it failed
+_triton_mode = _mode_from_env("LENGEN_TRITON_REMAP")
+_triton_failed: str | None = None   # auto mode: the reason the Triton kernel was given up
 _compiled: dict = {}
 #: block masks of the last few (method, positions): a model's layers share one, and methods or
 #: layer types that alternate (a benchmark's interleaved rounds, Gemma's sliding and global
@@ -138,12 +151,77 @@ def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
     return merge(outs, pieces.q_near.dtype)[0]
 
 
-def attend_method(method, q, k, v, *args) -> torch.Tensor | None:
-    """A remapping method's attention through the flex passes (`method.flex_pieces(q, k, *args)`),
-    or None when flex does not apply to q or failed (auto mode): the method's own path then runs."""
-    if not applies(q):
+def set_triton_mode(value: str) -> None:
+    """The Triton kernel's mode: "auto" (CUDA only), "force" (any device, errors raised) or "off"."""
+    global _triton_mode, _triton_failed
+    if value not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
+    _triton_mode, _triton_failed = value, None
+
+
+def triton_mode() -> str:
+    return _triton_mode
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """True when the triton package is installed (not imported here; looked up once)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def choose(method, q, k=None, v=None) -> str:
+    """The path of a remapping method's attention for these tensors: "triton" (the one-pass
+    kernel: the method has a `kernel_rule`, and the Triton mode allows it on q's device, with no
+    gradient needed in auto mode), else "flex" (`applies(q)`), else "blockwise" (the method's
+    own CPU path)."""
+    if _triton_mode != "off" and _kernel_rule_of(method) is not None:
+        if _triton_mode == "force":
+            return "triton"
+        needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v))
+        if q.is_cuda and _triton_failed is None and not needs_grad and triton_available():
+            return "triton"
+    return "flex" if applies(q) else "blockwise"
+
+
+def _kernel_rule_of(method):
+    rule = getattr(method, "remap_rule", None)
+    return None if rule is None else rule()
+
+
+def attend_method(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale) -> torch.Tensor | None:
+    """A remapping method's attention on the path `choose` picks: the Triton kernel
+    (`method.kernel_rule`), the flex passes (`method.flex_pieces`), or None: the method's own
+    blockwise path then runs (also when a path failed in auto mode). k, v [B, Hk, Tk, d] with Hk
+    dividing q's heads (grouped-query: the kernel reads them per group, flex gets them repeated)."""
+    path = choose(method, q, k, v)
+    if path == "triton":
+        out = _try_triton(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale)
+        if out is not None:
+            return out
+        path = "flex" if applies(q) else "blockwise"
+    if path != "flex":
         return None
-    return try_attend(lambda: method.flex_pieces(q, k, *args), v)
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])  # flex_pieces takes k, v at q's heads
+    return try_attend(lambda: method.flex_pieces(q, k, pos_q, pos_k, inv_freq, attention_factor, scale), v)
+
+
+def _try_triton(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+    """The kernel's output; in auto mode None (and the kernel given up, reason logged) if it fails."""
+    global _triton_failed
+    try:
+        from lengen.kernels import triton_remap  # optional: triton is the `gpu` extra
+
+        rule, logit_scale = method.kernel_rule(pos_q, pos_k, attention_factor, scale)
+        prefix = triton_remap.queries_are_last_keys(pos_q, pos_k)
+        return triton_remap.remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule, logit_scale,
+                                            causal_prefix=prefix)[0]
+    except Exception as e:  # noqa: BLE001 - any import / compile / launch failure: fall back
+        if _triton_mode == "force":
+            raise
+        _triton_failed = f"{type(e).__name__}: {e}"
+        log.warning("the Triton kernel for the remapping methods failed, using %s: %s",
+                    "flex" if applies(q) else "the blockwise path", _triton_failed.splitlines()[0][:500])
+        return None
 
 
 def try_attend(build: Callable[[], TwoPiece], v: torch.Tensor) -> torch.Tensor | None:

@@ -9,6 +9,12 @@ from __future__ import annotations
 import torch
 
 
+def repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """[B, Hk, T, d] -> [B, heads, T, d] for grouped-query attention (Hk divides heads)."""
+    hk = x.shape[1]
+    return x if hk == heads else x.repeat_interleave(heads // hk, dim=1)
+
+
 def head_views(qkv: torch.Tensor, heads: int):
     B, T, _ = qkv.shape
     return qkv.view(B, T, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
