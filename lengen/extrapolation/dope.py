@@ -115,6 +115,8 @@ class Dope(DynamicNtk):
         return self._layers[layer]
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
+        # a chosen query head's copy of its key head is rotated apart from its group's other copies
+        k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
         cq, sq = rope_cos_sin(pos_q.to(q.device), inv_freq, attention_factor)
         ck, sk = rope_cos_sin(pos_k.to(q.device), inv_freq, attention_factor)
         q_rot, k_rot = apply_rotary(q, cq, sq), apply_rotary(k, ck, sk)
