@@ -95,6 +95,19 @@ class Traffic(TorchDispatchMode):
         return out
 
 
+def fused_sdpa(q, k, v, bias=None, causal=False, scale=None):
+    """`lengen.kernels.small_attention.sdpa` as CUDA runs it for the stack: the memory-efficient
+    kernel (what SDPA picks for a float bias, fp32 or bf16), whose meta kernels give its real
+    inputs and outputs (q, k, v, bias in; the output and its log-sum-exp out; the backward reads
+    those and the output's gradient and writes q, k, v's), the scores never leaving the chip."""
+    if causal:
+        raise NotImplementedError("the CHE encoder attends both ways")
+    out, _, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, None if bias is None else bias.expand(*q.shape[:-1], k.shape[-2]), True, 0.0, False,
+        scale=scale)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", type=int, default=64, help="group size N (traffic is per model)")
@@ -110,14 +123,21 @@ def main(argv=None) -> int:
                    "for their launches) or a number (at most that many)")
     p.add_argument("--steps", type=int, default=3, help="steps counted (each draws other lengths)")
     p.add_argument("--top", type=int, default=12, help="operators listed")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: the group's bf16 activations (lengen.che.stack), float32 weights and Adam")
+    p.add_argument("--sdpa", choices=["fused", "math"], default="fused",
+                   help="fused: CUDA's memory-efficient kernel (its inputs and outputs); math: SDPA's math "
+                   "path (its scaling, score products and copies, the scores apart), the count before 2026-12-02")
     args = p.parse_args(argv)
     # what CUDA runs: one SDPA call for the stack, step lengths a multiple of 8
     model_stack.sdpa_batches_models = lambda device: True
+    if args.sdpa == "fused":
+        model_stack.sdpa = fused_sdpa
     group_step_module.stack_length_multiple = lambda device: 8
     model = ModelConfig(num_layers=args.layers, num_heads=args.heads, d_model=args.d_model,
                         d_ff=4 * args.d_model, dropout=0.0, pe=args.encoding)
     cfgs = [TrainConfig(task=args.task, model=model, batch_size=args.batch_size, train_length=args.train_length,
-                        max_length=args.train_length, seed=i) for i in range(args.models)]
+                        max_length=args.train_length, seed=i, precision=args.precision) for i in range(args.models)]
     parts = [build_run(c) for c in cfgs]
     device = torch.device("meta")
     stack = ModelStack([part.model for part in parts], cfgs, [torch.Generator().manual_seed(c.seed) for c in cfgs],
@@ -146,7 +166,7 @@ def main(argv=None) -> int:
     ceiling = args.bandwidth * 1e12 / (total / n)
     # one line above the table (what docs/ shows of this output): the setting and the totals
     print(f"{args.task}, {args.encoding}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
-          f"U{{1..{args.train_length}}}, a group of {args.models}, buckets {args.buckets}, {args.steps} steps, "
+          f"U{{1..{args.train_length}}}, {args.precision}, a group of {args.models}, buckets {args.buckets}, {args.steps} steps, "
           f"torch {torch.__version__}: {total / n / 1e9:.2f} GB per model-step outside the attention scores "
           f"({sum(traffic.read.values()) / n / 1e9:.2f} read, {sum(traffic.written.values()) / n / 1e9:.2f} "
           f"written), so at {args.bandwidth} TB/s at most {ceiling:,.0f} model-steps/s; the scores, which the "
