@@ -2,7 +2,14 @@
 [N, ...], the stacked Adam and per-model gradient clipping, each member's dropout plan, and the
 forward, which is the model's own (CHEModel.hidden and its readout) run by
 torch.func.functional_call under vmap over the stacked weights, each member with its own runtime
-(MemberRuntime: what differs per member, injected into the model's attention and dropout)."""
+(MemberRuntime: what differs per member, injected into the model's attention and dropout).
+
+Precision bf16 in a group means bf16 activations: each step's forward runs on a bfloat16 copy of
+the float32 weights (the gradients come back to the float32 stack through the cast; Adam and its
+state stay float32), so every activation, and every activation's gradient, is half the bytes. It
+replaces torch.autocast (which a model trained alone in bf16 runs under), which keeps the residual
+stream, the norms and their gradients in float32 and casts the weights at every use: the group
+step is bound by memory traffic (benchmarks/step_traffic.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,10 @@ from lengen.che.config import TrainConfig
 from lengen.training.optim import ADAM_BETAS, ADAM_EPS
 
 
+#: the activations' dtype in a group, by TrainConfig.precision (absent: the weights', float32)
+ACTIVATION_DTYPES = {"bf16": torch.bfloat16}
+
+
 class MemberRuntime(Runtime):
     """One model of the stack, seen from inside vmap. Its sequence is padded at the end to the
     stack's longest: padded keys get -inf (no real query sees them, and they get no gradient) and
@@ -37,6 +48,9 @@ class MemberRuntime(Runtime):
         self.dropout_keep, self.dropout_scale = dropout_keep, dropout_scale
 
     def attention(self, q, k, v, bias, causal, scale):
+        # bf16 activations (ModelStack.activation_dtype): an encoding's float32 table may have
+        # promoted q or k; the kernel takes one dtype, the projections' (v's)
+        q, k = q.to(v.dtype), k.to(v.dtype)
         padding = self.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
         bias = padding if bias is None else bias + padding
         return self.kernel(q, k, v, bias=bias, causal=causal, scale=scale)
@@ -97,6 +111,8 @@ class ModelStack:
         # the model calls each Dropout module once per forward (checked in _one)
         self.dropout_calls = sum(isinstance(m, Dropout) for m in models[0].modules())
         self.d_model = cfgs[0].model.d_model
+        # the members share the precision (check_groupable); bf16: weights cast per step, no autocast
+        self.activation_dtype = ACTIVATION_DTYPES.get(cfgs[0].precision)
 
     def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
         masks = None if keep is None else list(keep.unbind(0))
@@ -144,6 +160,8 @@ class ModelStack:
         params = {**self.params, **self.frozen}
         if members is not None:
             params = {n: p.index_select(0, members) for n, p in params.items()}
+        if self.activation_dtype is not None:
+            params = {n: p.to(self.activation_dtype) if p.is_floating_point() else p for n, p in params.items()}
         self.pe.check_positions(pos)  # outside vmap: the check reads values
         drop = 0 if keep is not None else None
         return vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, drop, drop))(

@@ -65,7 +65,9 @@ class Transformer(nn.Module):
         pos_q = pos_q.to(x.device)
         pos_k = pos_q if pos_k is None else pos_k.to(x.device)
         runtime.check_positions(self.pe, pos_k)
-        x = runtime.dropout(self.drop, self.pe.embed(x, pos_q))
+        # an encoding's float32 table added to bf16 embeddings (a group's bf16 activations) keeps
+        # them bf16; for float32 embeddings `.to` is the tensor itself
+        x = runtime.dropout(self.drop, self.pe.embed(x, pos_q).to(x.dtype))
         # a method replaces RoPE's hooks; a per-layer pattern's other layers keep their own
         state = None if method is not None and self.pe.rotary else self.pe.prepare(pos_q, pos_k)
         ctx = AttentionContext(state, pos_q, pos_k, self.cfg.causal, cache, method, seq_len, runtime)
