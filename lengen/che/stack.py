@@ -160,8 +160,9 @@ class ModelStack:
         params = {**self.params, **self.frozen}
         if members is not None:
             params = {n: p.index_select(0, members) for n, p in params.items()}
-        if self.activation_dtype is not None:
-            params = {n: p.to(self.activation_dtype) if p.is_floating_point() else p for n, p in params.items()}
+        if self.activation_dtype is not None:  # the encoding's own parameters act on positions: kept float32
+            params = {n: p.to(self.activation_dtype) if p.is_floating_point() and not n.startswith("encoder.pe.")
+                      else p for n, p in params.items()}
         self.pe.check_positions(pos)  # outside vmap: the check reads values
         drop = 0 if keep is not None else None
         return vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, drop, drop))(
