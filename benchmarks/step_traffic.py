@@ -2,12 +2,15 @@
 allows at a device's memory bandwidth: a roofline for lengen.che.group without a GPU.
 
 The step runs on PyTorch's `meta` device (shapes only, no arithmetic) through the code path CUDA
-takes (the models folded into SDPA's heads, step lengths rounded up to 8). Every operator that
-allocates (views excluded) is counted: bytes written (its outputs) and bytes read (its tensor
-inputs, a broadcast input at its storage's size). Tensors shaped [..., T, T] are attention
-scores: the meta device runs SDPA's math path, which writes and reads them, while CUDA's fused
-kernels keep them on chip; they are reported apart and left out of the roofline (an estimate:
-the fused kernels' own reads of q, k, v are approximated by the math path's).
+takes (one SDPA call for the stack, step lengths rounded up to 8). Every operator that allocates
+(views excluded) is counted: bytes written (its outputs) and bytes read (its tensor inputs, a
+broadcast input at its storage's size; an in-place operator reads its `self` unless it only
+overwrites it, as copy_ and fill_ do). SDPA is CUDA's memory-efficient kernel (`--sdpa fused`,
+the default), run through its meta kernels: what it reads and writes is its inputs and outputs,
+the attention scores stay on chip. `--sdpa math` counts SDPA's math path instead (the count
+before 2026-12-02), whose score-shaped tensors ([..., T, T], T > 8) are reported apart and left
+out of the roofline. Each operator is its own pass over memory: what torch runs eagerly, no
+fusion assumed.
 
     python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
     python benchmarks/step_traffic.py --bandwidth 3.35      # H100 SXM HBM3, TB/s
@@ -47,6 +50,9 @@ def _bytes(t: torch.Tensor) -> int:
     return min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
 
 
+#: in-place operators that overwrite their `self` without reading it
+OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_"}
+
 #: operators that allocate without writing (what fills the memory later is counted)
 ALLOCATE_ONLY = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                  "aten::new_empty_strided"}
@@ -76,7 +82,8 @@ class Traffic(TorchDispatchMode):
         if mutated:
             named = dict(zip((arg.name for arg in func._schema.arguments), args)) | kwargs
             outs = [named[arg.name] for arg in mutated if isinstance(named.get(arg.name), torch.Tensor)]
-            write_only = {id(named[arg.name]) for arg in mutated if arg.kwarg_only and arg.name in named}
+            write_only = {id(named[arg.name]) for arg in mutated
+                          if arg.name in named and (arg.kwarg_only or func._schema.name in OVERWRITE)}
             reads = [a for a in flat if id(a) not in write_only]
         else:
             # an operator whose output shares an input's storage (_unsafe_view's kind) moves nothing

@@ -30,10 +30,12 @@ def test_bytes_read_and_written_per_operator_by_hand():
         out = torch.empty(1000, 256, device="meta")   # allocated, not written
         torch.mul(y[:, :128], 2.0, out=out[:, :128])  # reads half of y, writes half of out
         y.add_(b)                                      # in place: reads y and b, writes y
+        out.copy_(y)                                   # overwrites out without reading it
     half = 1000 * 128 * F32
     assert t.read == {"mm": (1000 * 64 + 64 * 256) * F32, "relu": 1000 * 256 * F32,
                       "add.Tensor": (1000 * 256 + 256) * F32, "clone": 1000 * 256 * F32, "_softmax": 0,
-                      "mul.out": half, "add_.Tensor": (1000 * 256 + 256) * F32}
+                      "mul.out": half, "add_.Tensor": (1000 * 256 + 256) * F32, "copy_": 1000 * 256 * F32}
     assert t.written == {"mm": 1000 * 256 * F32, "relu": 1000 * 256 * F32, "add.Tensor": 1000 * 256 * F32,
-                         "clone": 1000 * 256 * F32, "_softmax": 0, "mul.out": half, "add_.Tensor": 1000 * 256 * F32}
+                         "clone": 1000 * 256 * F32, "_softmax": 0, "mul.out": half, "add_.Tensor": 1000 * 256 * F32,
+                         "copy_": 1000 * 256 * F32}
     assert t.scores == 2 * 50 * 50 * F32
