@@ -5,7 +5,7 @@ The step runs on PyTorch's `meta` device (shapes only, no arithmetic) through th
 takes (one SDPA call for the stack, step lengths rounded up to 8). Every operator that allocates
 (views excluded) is counted: bytes written (its outputs) and bytes read (its tensor inputs, a
 broadcast input at its storage's size; an in-place operator reads its `self` unless it only
-overwrites it, as copy_ and fill_ do). SDPA is CUDA's memory-efficient kernel (`--sdpa fused`,
+overwrites it, as copy_ and fill_ do; index_add_ and index_copy_ only the rows they index). SDPA is CUDA's memory-efficient kernel (`--sdpa fused`,
 the default), run through its meta kernels: what it reads and writes is its inputs and outputs,
 the attention scores stay on chip. `--sdpa math` counts SDPA's math path instead (the count
 before 2026-12-02), whose score-shaped tensors ([..., T, T], T > 8) are reported apart and left
@@ -53,6 +53,10 @@ def _bytes(t: torch.Tensor) -> int:
 #: in-place operators that overwrite their `self` without reading it
 OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_"}
 
+#: in-place operators that touch only the rows of `self` that `index` names (as many as `source`
+#: has): those rows written, and for index_add_ read
+INDEXED_ROWS = {"aten::index_add_": True, "aten::index_copy_": False}
+
 #: operators that allocate without writing (what fills the memory later is counted)
 ALLOCATE_ONLY = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                  "aten::new_empty_strided"}
@@ -85,6 +89,10 @@ class Traffic(TorchDispatchMode):
             write_only = {id(named[arg.name]) for arg in mutated
                           if arg.name in named and (arg.kwarg_only or func._schema.name in OVERWRITE)}
             reads = [a for a in flat if id(a) not in write_only]
+            if func._schema.name in INDEXED_ROWS:
+                rows = named["source"]
+                outs = [rows]
+                reads = [named["index"], rows] + ([rows] if INDEXED_ROWS[func._schema.name] else [])
         else:
             # an operator whose output shares an input's storage (_unsafe_view's kind) moves nothing
             inputs = {a.untyped_storage()._cdata for a in flat}

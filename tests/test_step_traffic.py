@@ -31,11 +31,15 @@ def test_bytes_read_and_written_per_operator_by_hand():
         torch.mul(y[:, :128], 2.0, out=out[:, :128])  # reads half of y, writes half of out
         y.add_(b)                                      # in place: reads y and b, writes y
         out.copy_(y)                                   # overwrites out without reading it
+        rows = torch.empty(10, 256, device="meta")
+        index = torch.empty(10, dtype=torch.int64, device="meta")
+        out.index_add_(0, index, rows)                 # reads and writes 10 rows of out, reads rows and index
     half = 1000 * 128 * F32
     assert t.read == {"mm": (1000 * 64 + 64 * 256) * F32, "relu": 1000 * 256 * F32,
                       "add.Tensor": (1000 * 256 + 256) * F32, "clone": 1000 * 256 * F32, "_softmax": 0,
-                      "mul.out": half, "add_.Tensor": (1000 * 256 + 256) * F32, "copy_": 1000 * 256 * F32}
+                      "mul.out": half, "add_.Tensor": (1000 * 256 + 256) * F32, "copy_": 1000 * 256 * F32,
+                      "index_add_": (2 * 10 * 256) * F32 + 10 * 8}
     assert t.written == {"mm": 1000 * 256 * F32, "relu": 1000 * 256 * F32, "add.Tensor": 1000 * 256 * F32,
                          "clone": 1000 * 256 * F32, "_softmax": 0, "mul.out": half, "add_.Tensor": 1000 * 256 * F32,
-                         "copy_": 1000 * 256 * F32}
+                         "copy_": 1000 * 256 * F32, "index_add_": 10 * 256 * F32}
     assert t.scores == 2 * 50 * 50 * F32

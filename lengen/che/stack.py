@@ -113,6 +113,7 @@ class ModelStack:
         self.d_model = cfgs[0].model.d_model
         # the members share the precision (check_groupable); bf16: weights cast per step, no autocast
         self.activation_dtype = ACTIVATION_DTYPES.get(cfgs[0].precision)
+        self._bucket_leaves = []  # (members, their parameter leaves) of this step's buckets
 
     def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
         masks = None if keep is None else list(keep.unbind(0))
@@ -159,7 +160,13 @@ class ModelStack:
         their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
         params = {**self.params, **self.frozen}
         if members is not None:
-            params = {n: p.index_select(0, members) for n, p in params.items()}
+            # the bucket's rows as leaves of their own, their gradients copied into the stack's
+            # rows before the step (_take_bucket_grads): index_select's backward would write a
+            # zero gradient of the whole stack per parameter and bucket, and autograd add those up
+            params = {n: p.detach().index_select(0, members) for n, p in params.items()}
+            for n in self.names:
+                params[n].requires_grad_(True)
+            self._bucket_leaves.append((members, {n: params[n] for n in self.names}))
         if self.activation_dtype is not None:  # the encoding's own parameters act on positions: kept float32
             params = {n: p.to(self.activation_dtype) if p.is_floating_point() and not n.startswith("encoder.pe.")
                       else p for n, p in params.items()}
@@ -172,9 +179,23 @@ class ModelStack:
         self.forward.train(flag)
 
     @torch.no_grad()
+    def _take_bucket_grads(self):
+        """The gradients of the buckets' leaves (__call__ with `members`) into the stack's rows."""
+        for members, leaves in self._bucket_leaves:
+            for n, leaf in leaves.items():
+                if leaf.grad is None:
+                    continue
+                p = self.params[n]
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.index_add_(0, members, leaf.grad)
+        self._bucket_leaves.clear()
+
+    @torch.no_grad()
     def clip_and_step(self):
         """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam
         (torch's update rule) with each model's learning rate."""
+        self._take_bucket_grads()
         grads = [self.params[n].grad for n in self.names]
         N = self.n
         norms = torch.stack([torch.linalg.vector_norm(g.reshape(N, -1), dim=1) for g in grads])  # [K, N]
