@@ -62,6 +62,13 @@ ALLOCATE_ONLY = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten
                  "aten::new_empty_strided"}
 
 
+def _tensors(arg) -> list:
+    """The tensors of an argument: a tensor, or a list of them (a multi-tensor kernel's)."""
+    if isinstance(arg, torch.Tensor):
+        return [arg]
+    return [t for t in arg if isinstance(t, torch.Tensor)] if isinstance(arg, (list, tuple)) else []
+
+
 def _scores(t: torch.Tensor) -> bool:
     return t.dim() >= 2 and t.shape[-1] == t.shape[-2] > 8
 
@@ -85,9 +92,9 @@ class Traffic(TorchDispatchMode):
         mutated = [arg for arg in func._schema.arguments if arg.alias_info is not None and arg.alias_info.is_write]
         if mutated:
             named = dict(zip((arg.name for arg in func._schema.arguments), args)) | kwargs
-            outs = [named[arg.name] for arg in mutated if isinstance(named.get(arg.name), torch.Tensor)]
-            write_only = {id(named[arg.name]) for arg in mutated
-                          if arg.name in named and (arg.kwarg_only or func._schema.name in OVERWRITE)}
+            outs = [t for arg in mutated for t in _tensors(named.get(arg.name))]
+            write_only = {id(t) for arg in mutated if arg.kwarg_only or func._schema.name in OVERWRITE
+                          for t in _tensors(named.get(arg.name))}
             reads = [a for a in flat if id(a) not in write_only]
             if func._schema.name in INDEXED_ROWS:
                 rows = named["source"]

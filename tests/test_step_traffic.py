@@ -18,6 +18,8 @@ def test_bytes_read_and_written_per_operator_by_hand():
     w = torch.empty(64, 256, device="meta")
     b = torch.empty(256, device="meta")
     scores = torch.empty(2, 50, 50, device="meta")
+    g, m, v = (torch.empty(64, 256, device="meta") for _ in range(3))
+    steps = torch.empty((), device="meta")
     t = Traffic()
     with t:
         y = x @ w                      # reads x and w, writes y
@@ -34,12 +36,16 @@ def test_bytes_read_and_written_per_operator_by_hand():
         rows = torch.empty(10, 256, device="meta")
         index = torch.empty(10, dtype=torch.int64, device="meta")
         out.index_add_(0, index, rows)                 # reads and writes 10 rows of out, reads rows and index
+        # a multi-tensor kernel: reads every tensor of its lists, writes those marked written (all but steps)
+        torch._fused_adam_([w], [g], [m], [v], [], [steps], lr=0.1, beta1=0.9,
+                           beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
     half = 1000 * 128 * F32
     assert t.read == {"mm": (1000 * 64 + 64 * 256) * F32, "relu": 1000 * 256 * F32,
                       "add.Tensor": (1000 * 256 + 256) * F32, "clone": 1000 * 256 * F32, "_softmax": 0,
                       "mul.out": half, "add_.Tensor": (1000 * 256 + 256) * F32, "copy_": 1000 * 256 * F32,
-                      "index_add_": (2 * 10 * 256) * F32 + 10 * 8}
+                      "index_add_": (2 * 10 * 256) * F32 + 10 * 8,
+                      "_fused_adam_": (4 * 64 * 256 + 1) * F32}
     assert t.written == {"mm": 1000 * 256 * F32, "relu": 1000 * 256 * F32, "add.Tensor": 1000 * 256 * F32,
                          "clone": 1000 * 256 * F32, "_softmax": 0, "mul.out": half, "add_.Tensor": 1000 * 256 * F32,
-                         "copy_": 1000 * 256 * F32, "index_add_": 10 * 256 * F32}
+                         "copy_": 1000 * 256 * F32, "index_add_": 10 * 256 * F32, "_fused_adam_": 4 * 64 * 256 * F32}
     assert t.scores == 2 * 50 * 50 * F32

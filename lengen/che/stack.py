@@ -101,7 +101,10 @@ class ModelStack:
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.adam_step = 0
-        self.lr = torch.tensor([c.lr for c in cfgs], dtype=torch.float32, device=device)
+        # members by learning rate, for the fused Adam kernel (one learning rate per call)
+        lrs = [c.lr for c in cfgs]
+        self.lr_groups = [(lr, [i for i, x in enumerate(lrs) if x == lr]) for lr in dict.fromkeys(lrs)]
+        self._step_count = torch.zeros((), dtype=torch.float32, device=device)  # the kernel's state_steps
         self.clip = torch.tensor([c.grad_clip for c in cfgs], dtype=torch.float32, device=device)
         self.forward = _PaddedLogits(models[0])
         self.pe = models[0].encoder.pe
@@ -193,28 +196,28 @@ class ModelStack:
 
     @torch.no_grad()
     def clip_and_step(self):
-        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam
-        (torch's update rule) with each model's learning rate."""
+        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam with
+        each model's learning rate: torch's fused Adam kernel (what a model alone steps with,
+        lengen.training.optim.che_adam), once per distinct learning rate, on the whole stacked
+        tensors or on each member's rows of them."""
         self._take_bucket_grads()
         grads = [self.params[n].grad for n in self.names]
         N = self.n
         norms = torch.stack([torch.linalg.vector_norm(g.reshape(N, -1), dim=1) for g in grads])  # [K, N]
         total = torch.linalg.vector_norm(norms, dim=0)
         coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.view((N,) + (1,) * (g.dim() - 1)))
         self.adam_step += 1
-        b1, b2 = ADAM_BETAS
-        bc1 = 1 - b1 ** self.adam_step
-        bc2_sqrt = math.sqrt(1 - b2 ** self.adam_step)
-        step_size = self.lr / bc1
-        for n, g in zip(self.names, grads):
-            shape = (N,) + (1,) * (g.dim() - 1)
-            g.mul_(coef.view(shape))
-            m, v, p = self.exp_avg[n], self.exp_avg_sq[n], self.params[n]
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(ADAM_EPS)
-            p.sub_(step_size.view(shape) * m / denom)
-            p.grad = None
+        self._step_count.fill_(float(self.adam_step))
+        tensors = [[self.params[n] for n in self.names], grads, [self.exp_avg[n] for n in self.names],
+                   [self.exp_avg_sq[n] for n in self.names]]
+        for lr, rows in self.lr_groups:
+            lists = tensors if len(rows) == N else [[t[i] for t in ts for i in rows] for ts in tensors]
+            torch._fused_adam_(*lists, [], [self._step_count] * len(lists[0]), lr=lr, beta1=ADAM_BETAS[0],
+                               beta2=ADAM_BETAS[1], weight_decay=0.0, eps=ADAM_EPS, amsgrad=False, maximize=False)
+        for n in self.names:
+            self.params[n].grad = None
 
     # -- per-model views (checkpoints, evaluation) ------------------------------------------------
     @torch.no_grad()
