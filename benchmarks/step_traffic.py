@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
+import json
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -130,6 +133,30 @@ def fused_sdpa(q, k, v, bias=None, causal=False, scale=None):
     return out
 
 
+def cpu_rate(cfgs, models: int, steps: int, threads: int) -> float:
+    """Model-steps/s of a real group of `models` of these configs on the CPU (`threads` torch
+    threads), over `steps` steps after one warm-up step: what the changes cost where there is no GPU."""
+    cfgs = [dataclasses.replace(c, device="cpu") for c in cfgs[:models]]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        parts = [build_run(c) for c in cfgs]
+        device = torch.device("cpu")
+        stack = ModelStack([part.model for part in parts], cfgs,
+                           [torch.Generator().manual_seed(c.seed) for c in cfgs], device)
+        stack.train(True)
+        rngs = [np.random.default_rng(c.seed) for c in cfgs]
+        gens = [torch.Generator().manual_seed(c.seed) for c in cfgs]
+        overhead = group_step_module.bucket_overhead(cfgs[0], device)
+        group_step_module.group_step(stack, parts, cfgs, rngs, gens, device, models, overhead)
+        start = time.perf_counter()
+        for _ in range(steps):
+            group_step_module.group_step(stack, parts, cfgs, rngs, gens, device, models, overhead)
+        return models * steps / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", type=int, default=64, help="group size N (traffic is per model)")
@@ -150,16 +177,24 @@ def main(argv=None) -> int:
     p.add_argument("--sdpa", choices=["fused", "math"], default="fused",
                    help="fused: CUDA's memory-efficient kernel (its inputs and outputs); math: SDPA's math "
                    "path (its scaling, score products and copies, the scores apart), the count before 2026-12-02")
+    p.add_argument("--json", metavar="FILE", help="append this count (and the CPU rate) as one JSON line to FILE "
+                   "(the data of docs/engineering/performance.md's `traffic` block)")
+    p.add_argument("--label", default="", help="what the count is of (a change), for --json")
+    p.add_argument("--cpu-models", type=int, default=8, help="--cpu-steps: the CPU group's size")
+    p.add_argument("--cpu-steps", type=int, default=0, help="also time this many steps of a CPU group (0: none)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the CPU timing")
     args = p.parse_args(argv)
+    model = ModelConfig(num_layers=args.layers, num_heads=args.heads, d_model=args.d_model,
+                        d_ff=4 * args.d_model, dropout=0.0, pe=args.encoding)
+    cfgs = [TrainConfig(task=args.task, model=model, batch_size=args.batch_size, train_length=args.train_length,
+                        max_length=args.train_length, seed=i, precision=args.precision) for i in range(args.models)]
+    # the CPU timing first: below, the CUDA path is patched in
+    cpu = cpu_rate(cfgs, args.cpu_models, args.cpu_steps, args.threads) if args.cpu_steps else None
     # what CUDA runs: one SDPA call for the stack, step lengths a multiple of 8
     model_stack.sdpa_batches_models = lambda device: True
     if args.sdpa == "fused":
         model_stack.sdpa = fused_sdpa
     group_step_module.stack_length_multiple = lambda device: 8
-    model = ModelConfig(num_layers=args.layers, num_heads=args.heads, d_model=args.d_model,
-                        d_ff=4 * args.d_model, dropout=0.0, pe=args.encoding)
-    cfgs = [TrainConfig(task=args.task, model=model, batch_size=args.batch_size, train_length=args.train_length,
-                        max_length=args.train_length, seed=i, precision=args.precision) for i in range(args.models)]
     parts = [build_run(c) for c in cfgs]
     device = torch.device("meta")
     stack = ModelStack([part.model for part in parts], cfgs, [torch.Generator().manual_seed(c.seed) for c in cfgs],
@@ -195,6 +230,22 @@ def main(argv=None) -> int:
           f"meta device's math SDPA writes and CUDA's fused kernels do not: {traffic.scores / n / 1e9:.2f} GB "
           f"written (not counted)")
     print(format_table(["operator", "calls", "MB read / model-step", "MB written / model-step"], rows))
+    if cpu is not None:
+        print(f"CPU, a group of {args.cpu_models}, {args.threads} thread(s), {args.cpu_steps} steps: "
+              f"{cpu:.2f} model-steps/s")
+    if args.json:
+        record = {"label": args.label, "task": args.task, "encoding": args.encoding, "layers": args.layers,
+                  "d_model": args.d_model, "batch_size": args.batch_size, "train_length": args.train_length,
+                  "precision": args.precision, "models": args.models, "buckets": args.buckets, "steps": args.steps,
+                  "sdpa": args.sdpa, "torch": torch.__version__, "bandwidth_tb_s": args.bandwidth,
+                  "gb_per_model_step": total / n / 1e9, "gb_read": sum(traffic.read.values()) / n / 1e9,
+                  "gb_written": sum(traffic.written.values()) / n / 1e9,
+                  "operators_mb": {name: [traffic.calls[name], traffic.read[name] / n / 1e6,
+                                          traffic.written[name] / n / 1e6] for name in traffic.calls},
+                  "cpu_models": args.cpu_models if cpu is not None else None, "cpu_threads": args.threads,
+                  "cpu_steps": args.cpu_steps, "cpu_model_steps_per_s": cpu}
+        with open(args.json, "a") as f:
+            f.write(json.dumps(record) + "\n")
     return 0
 
 
