@@ -8,7 +8,7 @@ broadcast input at its storage's size; an in-place operator reads its `self` unl
 overwrites it, as copy_ and fill_ do; index_add_ and index_copy_ only the rows they index). SDPA is CUDA's memory-efficient kernel (`--sdpa fused`,
 the default), run through its meta kernels: what it reads and writes is its inputs and outputs,
 the attention scores stay on chip. `--sdpa math` counts SDPA's math path instead (the count
-before 2026-12-02), whose score-shaped tensors ([..., T, T], T > 8) are reported apart and left
+before 2026-12-02), whose score-shaped tensors ([B, H, T, T], T > 8) are reported apart and left
 out of the roofline. Each operator is its own pass over memory: what torch runs eagerly, no
 fusion assumed.
 
@@ -73,14 +73,17 @@ def _tensors(arg) -> list:
 
 
 def _scores(t: torch.Tensor) -> bool:
-    return t.dim() >= 2 and t.shape[-1] == t.shape[-2] > 8
+    # SDPA's scores are [batch, heads, T, T]; a 3-D square ([B, T, d_model] at T = d_model, a
+    # stack of d_model x d_model weights) is not one
+    return t.dim() >= 4 and t.shape[-1] == t.shape[-2] > 8
 
 
 class Traffic(TorchDispatchMode):
-    """Bytes read and written per operator; score-shaped outputs ([..., T, T], T > 8) apart."""
+    """Bytes read and written per operator; with `scores`, score-shaped tensors ([B, H, T, T], T > 8) apart."""
 
-    def __init__(self):
+    def __init__(self, scores: bool = True):
         super().__init__()
+        self.keep_scores_apart = scores  # False where no operator writes scores (the fused SDPA)
         self.read, self.written, self.calls = collections.Counter(), collections.Counter(), collections.Counter()
         self.scores = 0
 
@@ -111,10 +114,11 @@ class Traffic(TorchDispatchMode):
             if not outs:
                 return out
             reads = flat
-        square = [o for o in outs if _scores(o)]
+        scored = _scores if self.keep_scores_apart else (lambda t: False)
+        square = [o for o in outs if scored(o)]
         self.scores += sum(_bytes(o) for o in square)
         name = str(func).removeprefix("aten.").removesuffix(".default")
-        self.read[name] += sum(_bytes(a) for a in reads if not _scores(a))
+        self.read[name] += sum(_bytes(a) for a in reads if not scored(a))
         self.written[name] += sum(_bytes(o) for o in outs if not any(o is s for s in square))
         self.calls[name] += 1
         return out
@@ -206,7 +210,9 @@ def main(argv=None) -> int:
         max_buckets, overhead = args.models, group_step_module.bucket_overhead(cfgs[0], "cuda")
     else:
         max_buckets, overhead = int(args.buckets), 0.0
-    traffic = Traffic()
+    # the math path writes the scores (kept apart); the fused kernel does not, so nothing is (a
+    # square weight, d_model x d_model, is not a score)
+    traffic = Traffic(scores=args.sdpa == "math")
     try:
         with traffic:
             for _ in range(args.steps):
@@ -226,9 +232,10 @@ def main(argv=None) -> int:
           f"U{{1..{args.train_length}}}, {args.precision}, a group of {args.models}, buckets {args.buckets}, {args.steps} steps, "
           f"torch {torch.__version__}: {total / n / 1e9:.2f} GB per model-step outside the attention scores "
           f"({sum(traffic.read.values()) / n / 1e9:.2f} read, {sum(traffic.written.values()) / n / 1e9:.2f} "
-          f"written), so at {args.bandwidth} TB/s at most {ceiling:,.0f} model-steps/s; the scores, which the "
-          f"meta device's math SDPA writes and CUDA's fused kernels do not: {traffic.scores / n / 1e9:.2f} GB "
-          f"written (not counted)")
+          f"written), so at {args.bandwidth} TB/s at most {ceiling:,.0f} model-steps/s"
+          + (f"; the scores, which the meta device's math SDPA writes and CUDA's fused kernels do not: "
+             f"{traffic.scores / n / 1e9:.2f} GB written (not counted)" if args.sdpa == "math" else
+             "; SDPA: the memory-efficient kernel's inputs and outputs"))
     print(format_table(["operator", "calls", "MB read / model-step", "MB written / model-step"], rows))
     if cpu is not None:
         print(f"CPU, a group of {args.cpu_models}, {args.threads} thread(s), {args.cpu_steps} steps: "
