@@ -5,21 +5,24 @@ The step runs on PyTorch's `meta` device (shapes only, no arithmetic) through th
 takes (one SDPA call for the stack, step lengths rounded up to 8). Every operator that allocates
 (views excluded) is counted: bytes written (its outputs) and bytes read (its tensor inputs, a
 broadcast input at its storage's size; an in-place operator reads its `self` unless it only
-overwrites it, as copy_ and fill_ do; index_add_ and index_copy_ only the rows they index). SDPA is CUDA's memory-efficient kernel (`--sdpa fused`,
-the default), run through its meta kernels: what it reads and writes is its inputs and outputs,
-the attention scores stay on chip. `--sdpa math` counts SDPA's math path instead (the count
-before 2026-12-02), whose score-shaped tensors ([B, H, T, T], T > 8) are reported apart and left
-out of the roofline. Each operator is its own pass over memory: what torch runs eagerly, no
-fusion assumed.
+overwrites it, as copy_ and fill_ do; index_add_ and index_copy_ touch only the rows they index).
+SDPA is CUDA's memory-efficient kernel (`--sdpa fused`, the default), run through its meta
+kernels: what it reads and writes is its inputs and outputs, the attention scores stay on chip.
+`--sdpa math` counts SDPA's math path instead (the count before 2026-12-02), whose score-shaped
+tensors ([B, H, T, T], T > 8) are reported apart and left out of the roofline. Each operator is
+its own pass over memory: what torch runs eagerly, no fusion assumed.
 
     python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
     python benchmarks/step_traffic.py --bandwidth 3.35      # H100 SXM HBM3, TB/s
+    python benchmarks/step_traffic.py --models 512 --precision bf16   # a group's bf16 activations
+    python benchmarks/step_traffic.py --models 512 --cpu-steps 2 --json FILE --label TEXT  # + a CPU group of 8
 
-What it shows (2026-11-28, docs/engineering/performance.md): the eager step of a group of 512 moved ~1.7 GB
-per model-step outside the scores (1.55 GB once RoPE's rotation got its vmap rule), so at an
-H100's 3.35 TB/s at most ~2,000 (~2,170) model-steps/s; 580 were measured on an H100 that day,
-and 5,000 allows 0.67 GB per model-step: fusion, bf16 activations, fewer copies, not faster
-matrix products.
+What it shows (docs/engineering/performance.md): on 2026-11-28 the eager step of a group of 512
+moved 1.55 GB per model-step outside the scores by that day's count (so at an H100's 3.35 TB/s
+at most ~2,170 model-steps/s; 580 were measured), and 5,000 allows 0.67 GB. On 2026-12-02, by the
+count above, 1.36 GB in fp32 and 0.70 GB with bf16 activations after issue 54's changes (the
+models folded into SDPA's batch, bf16 activations, layer norm's vmap rule, fused Adam, ...): what
+is left is the matrix products' own inputs and outputs and elementwise passes only fusion removes.
 """
 
 from __future__ import annotations
@@ -229,7 +232,8 @@ def main(argv=None) -> int:
     ceiling = args.bandwidth * 1e12 / (total / n)
     # one line above the table (what docs/ shows of this output): the setting and the totals
     print(f"{args.task}, {args.encoding}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
-          f"U{{1..{args.train_length}}}, {args.precision}, a group of {args.models}, buckets {args.buckets}, {args.steps} steps, "
+          f"U{{1..{args.train_length}}}, {args.precision}, a group of {args.models}, buckets {args.buckets}, "
+          f"{args.steps} steps, "
           f"torch {torch.__version__}: {total / n / 1e9:.2f} GB per model-step outside the attention scores "
           f"({sum(traffic.read.values()) / n / 1e9:.2f} read, {sum(traffic.written.values()) / n / 1e9:.2f} "
           f"written), so at {args.bandwidth} TB/s at most {ceiling:,.0f} model-steps/s"
