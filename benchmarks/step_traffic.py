@@ -9,7 +9,7 @@ overwrites it, as copy_ and fill_ do; index_add_ and index_copy_ touch only the 
 SDPA is CUDA's memory-efficient kernel (`--sdpa fused`, the default), run through its meta
 kernels: what it reads and writes is its inputs and outputs, the attention scores stay on chip.
 `--sdpa math` counts SDPA's math path instead (the count before 2026-12-02), whose score-shaped
-tensors ([B, H, T, T], T > 8) are reported apart and left out of the roofline. Each operator is
+tensors ([..., T, T], T > 8; activations at T = d_model too) are reported apart and left out. Each operator is
 its own pass over memory: what torch runs eagerly, no fusion assumed.
 
     python benchmarks/step_traffic.py                       # the seed paper's model, N = 64
@@ -76,13 +76,14 @@ def _tensors(arg) -> list:
 
 
 def _scores(t: torch.Tensor) -> bool:
-    # SDPA's scores are [batch, heads, T, T]; a 3-D square ([B, T, d_model] at T = d_model, a
-    # stack of d_model x d_model weights) is not one
-    return t.dim() >= 4 and t.shape[-1] == t.shape[-2] > 8
+    # the math path's scores, [..., T, T] (3-D inside its bmm, 4-D around it); shape alone cannot
+    # tell them from activations [N, B, T, d_model] at T = d_model, set apart too (the count as
+    # of 2026-11-28): --sdpa math only
+    return t.dim() >= 2 and t.shape[-1] == t.shape[-2] > 8
 
 
 class Traffic(TorchDispatchMode):
-    """Bytes read and written per operator; with `scores`, score-shaped tensors ([B, H, T, T], T > 8) apart."""
+    """Bytes read and written per operator; with `scores`, square tensors ([..., T, T], T > 8) apart."""
 
     def __init__(self, scores: bool = True):
         super().__init__()
@@ -213,8 +214,8 @@ def main(argv=None) -> int:
         max_buckets, overhead = args.models, group_step_module.bucket_overhead(cfgs[0], "cuda")
     else:
         max_buckets, overhead = int(args.buckets), 0.0
-    # the math path writes the scores (kept apart); the fused kernel does not, so nothing is (a
-    # square weight, d_model x d_model, is not a score)
+    # the math path writes the scores (kept apart); the fused kernel does not, so nothing is set
+    # apart (activations at T = d_model and stacks of d_model x d_model weights are counted)
     traffic = Traffic(scores=args.sdpa == "math")
     try:
         with traffic:
