@@ -13,8 +13,6 @@ step is bound by memory traffic (benchmarks/step_traffic.py)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
@@ -163,7 +161,7 @@ class ModelStack:
         their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
         params = {**self.params, **self.frozen}
         if members is not None:
-            # the bucket's rows as leaves of their own, their gradients copied into the stack's
+            # the bucket's rows as leaves of their own, their gradients added into the stack's
             # rows before the step (_take_bucket_grads): index_select's backward would write a
             # zero gradient of the whole stack per parameter and bucket, and autograd add those up
             params = {n: p.detach().index_select(0, members) for n, p in params.items()}
