@@ -11,6 +11,7 @@ Timings on a shared machine are noisy: compare rows of one run.
     python benchmarks/train_many.py --threads 1 --steps 3                     # CPU, paper model
     python benchmarks/train_many.py --layers 2 --d-model 16 --heads 2 --batch-size 8 --train-length 5
     python benchmarks/train_many.py --device cuda --sizes 1,8,32,128,256,512 --buckets auto,1,2,4
+    python benchmarks/train_many.py --device cuda --encodings rope --sizes 512 --precision fp32,bf16  # both in one call
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from lengen.formatting import count_noun, format_table
-from lengen.devices import resolve_device
+from lengen.devices import check_precision, resolve_device
 from lengen.models import ModelConfig
 from lengen.che.config import TrainConfig
 from lengen.che.group_step import bucket_overhead, group_step, step_buckets
@@ -186,7 +187,9 @@ def main():
                         "plan_buckets): auto (train_group's default: as many as pay for their launches), "
                         "max (one per distinct length) or a number (at most that many)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"], help="lengen.devices")
+    p.add_argument("--precision", default="fp32",
+                   help="comma-separated precisions to time, each a row set (fp32, tf32, bf16: lengen.devices; "
+                        "a group's bf16 is bf16 activations, lengen.che.stack)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--profile", type=int, default=0, metavar="K",
                    help="after each group's timing, profile 3 more steps and print the K operators "
@@ -196,27 +199,32 @@ def main():
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     bucket_settings = [b.strip() for b in args.buckets.split(",") if b.strip()]
+    precisions = [check_precision(x.strip()) for x in args.precision.split(",") if x.strip()]
     rows = []
-    for pe in args.encodings.split(","):
-        solo_rate, solo_mb = time_solo(args, pe, device, args.solo_models)
-        rows.append([pe, "1 at a time", "", f"{solo_rate:.1f}", "1.00x", "", "", "", f"{solo_mb:.1f}"])
-        print(" ".join(rows[-1]), flush=True)
-        for buckets in bucket_settings:
-            for n in (int(s) for s in args.sizes.split(",")):
-                try:
-                    rate, mb, host_rate, flops = time_group(args, pe, n, device, buckets)
-                except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
-                    rows.append([pe, str(n), buckets, f"failed: {type(e).__name__}", "", "", "", "", ""])
-                    print(f"N={n}, buckets {buckets}: {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
-                    break
-                rows.append([pe, str(n), buckets, f"{rate:.1f}", f"{rate / solo_rate:.2f}x", f"{host_rate:.0f}",
-                             f"{flops / 1e9:.3g}", f"{rate * flops / 1e12:.3g}", f"{mb:.1f}"])
-                print(" ".join(rows[-1]), flush=True)
+    for precision in precisions:  # one call times a group in fp32 and bf16 (--precision fp32,bf16)
+        run = argparse.Namespace(**{**vars(args), "precision": precision})
+        for pe in args.encodings.split(","):
+            solo_rate, solo_mb = time_solo(run, pe, device, args.solo_models)
+            rows.append([pe, precision, "1 at a time", "", f"{solo_rate:.1f}", "1.00x", "", "", "", f"{solo_mb:.1f}"])
+            print(" ".join(rows[-1]), flush=True)
+            for buckets in bucket_settings:
+                for n in (int(s) for s in args.sizes.split(",")):
+                    try:
+                        rate, mb, host_rate, flops = time_group(run, pe, n, device, buckets)
+                    except (RuntimeError, MemoryError) as e:  # out of memory: stop growing N
+                        rows.append([pe, precision, str(n), buckets, f"failed: {type(e).__name__}", "", "", "", "",
+                                     ""])
+                        print(f"N={n}, buckets {buckets}: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                              flush=True)
+                        break
+                    rows.append([pe, precision, str(n), buckets, f"{rate:.1f}", f"{rate / solo_rate:.2f}x",
+                                 f"{host_rate:.0f}", f"{flops / 1e9:.3g}", f"{rate * flops / 1e12:.3g}", f"{mb:.1f}"])
+                    print(" ".join(rows[-1]), flush=True)
     print()
     print(f"{args.task}, {args.layers} layers, d_model {args.d_model}, batch {args.batch_size}, "
           f"U{{1..{args.train_length}}}, {args.positions} positions, dropout {args.dropout}, "
           f"device {device}, {args.precision}, {count_noun(torch.get_num_threads(), 'thread')}, {args.steps} timed steps")
-    print(format_table(["encoding", "N", "buckets", "model-steps/s", "vs one at a time", "host only",
+    print(format_table(["encoding", "precision", "N", "buckets", "model-steps/s", "vs one at a time", "host only",
                         "GFLOP/model-step", "TFLOP/s", "peak MB/model"], rows))
     print("host only: model-steps/s of the host's part alone (draws, bucket plan, padding; no model): "
           "the group's rate cannot pass it unless that part is overlapped or made cheaper")

@@ -20,7 +20,8 @@ a committed `lengen hf tune` (docs/data/hftune/NAME; `hftune NAME evaluation`: i
 slice alone, for a cached search reported on other text), `inspect RUN` the `lengen inspect` example
 (docs/data/inspect/RUN), `hfexport list` which engines run which methods (`lengen hf export
 --list`), `costs` what each committed study took to run, `bench PATH`
-the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's). `--only NAME`
+the table of a benchmark's raw output (docs/data/PATH, e.g. a GPU session's), `traffic PATH` the
+group step's memory traffic change by change (benchmarks/step_traffic.py --json lines in docs/data/PATH). `--only NAME`
 rebuilds one study's or run's blocks. A doc claim that compares two variants cites the block it
 rests on. A table of measured numbers outside a block fails --check unless a line
 `<!-- hand-written: WHY -->` right above it says why it is not data (a constant, a quote, dated
@@ -34,11 +35,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import os
 import re
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -332,6 +335,35 @@ class Blocks:
         if not caption and end < len(lines):
             caption = lines[end].lstrip("# ").strip()
         return (f"{caption}\n\n" if caption else "") + "\n".join(lines[start:end]) + "\n"
+
+    def traffic(self, path: str) -> str:
+        """`traffic PATH`: the memory traffic of a group training step, change by change, with a
+        CPU group's rate beside each: the JSON lines benchmarks/step_traffic.py --json appended to
+        docs/data/PATH (a change's CPU rate: the median of its timings)."""
+        file = (self.data / path).resolve()
+        if self.data.resolve() not in file.parents:
+            raise ValueError(f"traffic block names a file under docs/data, got {path!r}")
+        records = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        first = records[0]
+        rows = []
+        for label in dict.fromkeys(r["label"] for r in records):
+            mine = [r for r in records if r["label"] == label]
+            gb = {r["precision"]: r["gb_per_model_step"] for r in mine}
+            cpu = [r["cpu_model_steps_per_s"] for r in mine if r.get("cpu_model_steps_per_s")]
+            bandwidth = first["bandwidth_tb_s"] * 1e3  # GB/s
+            rows.append([label, *(f"{gb[p]:.2f}" if p in gb else "" for p in ("fp32", "bf16")),
+                         " / ".join(f"{bandwidth / gb[p]:,.0f}" for p in ("fp32", "bf16") if p in gb),
+                         f"{statistics.median(cpu):.2f} ({len(cpu)})" if cpu else ""])
+        timed = next(r for r in records if r.get("cpu_model_steps_per_s"))
+        header = ["change", "GB / model-step, fp32", "bf16",
+                  f"model-steps/s at {first['bandwidth_tb_s']} TB/s (fp32 / bf16)",
+                  f"CPU model-steps/s, a group of {timed['cpu_models']} (median of n)"]
+        caption = (f"{first['task']}, {first['encoding']}, {first['layers']} layers, d_model {first['d_model']}, "
+                   f"batch {first['batch_size']}, U{{1..{first['train_length']}}}, a group of {first['models']} "
+                   f"counted on the meta device over {first['steps']} steps (buckets {first['buckets']}), torch "
+                   f"{first['torch']}; CPU: {count_noun(timed['cpu_threads'], 'thread')}, "
+                   f"{count_noun(timed['cpu_steps'], 'step')} after a warm-up, fp32")
+        return caption + "\n\n" + markdown_rows(header, rows)
 
     def hfexport(self, what: str) -> str:
         """`hfexport list`: which engines run which methods (`lengen hf export --list`), from the

@@ -85,7 +85,10 @@ def test_lengen_s_own_computations_do_not_depend_on_the_thread_count(tmp_path, m
     from lengen.che.config import TrainConfig
     from lengen.che.loop import train
 
+    from lengen.kernels.layer_norm import LayerNorm
+
     monkeypatch.setattr(torch.nn.LayerNorm, "forward", _composite_layer_norm)
+    monkeypatch.setattr(LayerNorm, "forward", _composite_layer_norm)  # the models' own subclass
     model = ModelConfig(num_layers=2, num_heads=8, d_model=64, d_ff=256, dropout=0.1, pe="rope")
     cfg = TrainConfig(task="reverse_string", model=model, steps=20, batch_size=64, train_length=20,
                       max_length=21, lr=1e-3, device="cpu", checkpoint_every=20, log_every=10)

@@ -130,7 +130,8 @@ def group_step(stack: ModelStack, parts: list[RunParts], cfgs: list[TrainConfig]
         tokens, pos, key_bias, n_keys, out_idx, targets, mask, weight = padded
         keep, scale = stack.dropout_masks(members, lengths, tokens.shape[1], tokens.shape[2])
         (rows,) = to_device(device, torch.tensor(members))  # torch.tensor(..., device=cuda) would wait for the GPU
-        with precision_context(cfgs[0].precision, device):
+        # bf16 activations cast the weights themselves (ModelStack.activation_dtype), without autocast
+        with precision_context("fp32" if stack.activation_dtype is not None else cfgs[0].precision, device):
             logits = stack(tokens, pos, key_bias, n_keys, out_idx, keep, scale,
                            None if len(members) == N else rows)  # [M, B, O, V]
         M, B, O, V = logits.shape

@@ -2,11 +2,16 @@
 [N, ...], the stacked Adam and per-model gradient clipping, each member's dropout plan, and the
 forward, which is the model's own (CHEModel.hidden and its readout) run by
 torch.func.functional_call under vmap over the stacked weights, each member with its own runtime
-(MemberRuntime: what differs per member, injected into the model's attention and dropout)."""
+(MemberRuntime: what differs per member, injected into the model's attention and dropout).
+
+Precision bf16 in a group means bf16 activations: each step's forward runs on a bfloat16 copy of
+the float32 weights (the gradients come back to the float32 stack through the cast; Adam and its
+state stay float32), so every activation, and every activation's gradient, is half the bytes. It
+replaces torch.autocast (which a model trained alone in bf16 runs under), which keeps the residual
+stream, the norms and their gradients in float32 and casts the weights at every use: the group
+step is bound by memory traffic (benchmarks/step_traffic.py)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
@@ -19,6 +24,10 @@ from lengen.models.che import CHEModel
 from lengen.models.dropout import Dropout, bernoulli_keep_mask
 from lengen.che.config import TrainConfig
 from lengen.training.optim import ADAM_BETAS, ADAM_EPS
+
+
+#: the activations' dtype in a group, by TrainConfig.precision (absent: the weights', float32)
+ACTIVATION_DTYPES = {"bf16": torch.bfloat16}
 
 
 class MemberRuntime(Runtime):
@@ -37,6 +46,9 @@ class MemberRuntime(Runtime):
         self.dropout_keep, self.dropout_scale = dropout_keep, dropout_scale
 
     def attention(self, q, k, v, bias, causal, scale):
+        # bf16 activations (ModelStack.activation_dtype): an encoding's float32 table may have
+        # promoted q or k; the kernel takes one dtype, the projections' (v's)
+        q, k = q.to(v.dtype), k.to(v.dtype)
         padding = self.key_bias.to(q.dtype)[None, None, None, :]  # [1, 1, 1, Tk]
         bias = padding if bias is None else bias + padding
         return self.kernel(q, k, v, bias=bias, causal=causal, scale=scale)
@@ -87,7 +99,10 @@ class ModelStack:
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.adam_step = 0
-        self.lr = torch.tensor([c.lr for c in cfgs], dtype=torch.float32, device=device)
+        # members by learning rate, for the fused Adam kernel (one learning rate per call)
+        lrs = [c.lr for c in cfgs]
+        self.lr_groups = [(lr, [i for i, x in enumerate(lrs) if x == lr]) for lr in dict.fromkeys(lrs)]
+        self._step_count = torch.zeros((), dtype=torch.float32, device=device)  # the kernel's state_steps
         self.clip = torch.tensor([c.grad_clip for c in cfgs], dtype=torch.float32, device=device)
         self.forward = _PaddedLogits(models[0])
         self.pe = models[0].encoder.pe
@@ -97,6 +112,9 @@ class ModelStack:
         # the model calls each Dropout module once per forward (checked in _one)
         self.dropout_calls = sum(isinstance(m, Dropout) for m in models[0].modules())
         self.d_model = cfgs[0].model.d_model
+        # the members share the precision (check_groupable); bf16: weights cast per step, no autocast
+        self.activation_dtype = ACTIVATION_DTYPES.get(cfgs[0].precision)
+        self._bucket_leaves = []  # (members, their parameter leaves) of this step's buckets
 
     def _one(self, params, tokens, pos, key_bias, n_keys, out_idx, keep, scale):
         masks = None if keep is None else list(keep.unbind(0))
@@ -143,7 +161,16 @@ class ModelStack:
         their step tensors (each with M rows). Gradients reach the whole stack's parameters."""
         params = {**self.params, **self.frozen}
         if members is not None:
-            params = {n: p.index_select(0, members) for n, p in params.items()}
+            # the bucket's rows as leaves of their own, their gradients added into the stack's
+            # rows before the step (_take_bucket_grads): index_select's backward would write a
+            # zero gradient of the whole stack per parameter and bucket, and autograd add those up
+            params = {n: p.detach().index_select(0, members) for n, p in params.items()}
+            for n in self.names:
+                params[n].requires_grad_(True)
+            self._bucket_leaves.append((members, {n: params[n] for n in self.names}))
+        if self.activation_dtype is not None:  # the encoding's own parameters act on positions: kept float32
+            params = {n: p.to(self.activation_dtype) if p.is_floating_point() and not n.startswith("encoder.pe.")
+                      else p for n, p in params.items()}
         self.pe.check_positions(pos)  # outside vmap: the check reads values
         drop = 0 if keep is not None else None
         return vmap(self._one, in_dims=(0, 0, 0, 0, 0, 0, drop, drop))(
@@ -153,28 +180,42 @@ class ModelStack:
         self.forward.train(flag)
 
     @torch.no_grad()
+    def _take_bucket_grads(self):
+        """The gradients of the buckets' leaves (__call__ with `members`) into the stack's rows."""
+        for members, leaves in self._bucket_leaves:
+            for n, leaf in leaves.items():
+                if leaf.grad is None:
+                    continue
+                p = self.params[n]
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.index_add_(0, members, leaf.grad)
+        self._bucket_leaves.clear()
+
+    @torch.no_grad()
     def clip_and_step(self):
-        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam
-        (torch's update rule) with each model's learning rate."""
+        """torch.nn.utils.clip_grad_norm_ per model (the norm of its own gradient), then Adam with
+        each model's learning rate: torch's fused Adam kernel (what a model alone steps with,
+        lengen.training.optim.che_adam), once per distinct learning rate, on the whole stacked
+        tensors or on each member's rows of them."""
+        self._take_bucket_grads()
         grads = [self.params[n].grad for n in self.names]
         N = self.n
         norms = torch.stack([torch.linalg.vector_norm(g.reshape(N, -1), dim=1) for g in grads])  # [K, N]
         total = torch.linalg.vector_norm(norms, dim=0)
         coef = (self.clip / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.view((N,) + (1,) * (g.dim() - 1)))
         self.adam_step += 1
-        b1, b2 = ADAM_BETAS
-        bc1 = 1 - b1 ** self.adam_step
-        bc2_sqrt = math.sqrt(1 - b2 ** self.adam_step)
-        step_size = self.lr / bc1
-        for n, g in zip(self.names, grads):
-            shape = (N,) + (1,) * (g.dim() - 1)
-            g.mul_(coef.view(shape))
-            m, v, p = self.exp_avg[n], self.exp_avg_sq[n], self.params[n]
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(ADAM_EPS)
-            p.sub_(step_size.view(shape) * m / denom)
-            p.grad = None
+        self._step_count.fill_(float(self.adam_step))
+        tensors = [[self.params[n] for n in self.names], grads, [self.exp_avg[n] for n in self.names],
+                   [self.exp_avg_sq[n] for n in self.names]]
+        for lr, rows in self.lr_groups:
+            lists = tensors if len(rows) == N else [[t[i] for t in ts for i in rows] for ts in tensors]
+            torch._fused_adam_(*lists, [], [self._step_count] * len(lists[0]), lr=lr, beta1=ADAM_BETAS[0],
+                               beta2=ADAM_BETAS[1], weight_decay=0.0, eps=ADAM_EPS, amsgrad=False, maximize=False)
+        for n in self.names:
+            self.params[n].grad = None
 
     # -- per-model views (checkpoints, evaluation) ------------------------------------------------
     @torch.no_grad()

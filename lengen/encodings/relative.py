@@ -42,7 +42,7 @@ class RelativeEncoding(PositionalEncoding):
     def transform_qk(self, layer, state, q, k):
         cos_q, sin_q, k_pos = state
         # a_i = W_r^T (q_i + v): the query's coefficients on [sin | cos] of the difference.
-        a = torch.einsum("bhtd,hdr->bhtr", q + self.v[layer][:, None], self.w_r[layer].to(q.dtype))
+        a = torch.einsum("bhtd,hdr->bhtr", q + self.v[layer][:, None].to(q.dtype), self.w_r[layer].to(q.dtype))
         A, B = a.chunk(2, dim=-1)
         # a . R(x_j - x_i) = sin x_j (A cos x_i + B sin x_i) + cos x_j (B cos x_i - A sin x_i)
         q_pos = torch.cat([A * cos_q + B * sin_q, B * cos_q - A * sin_q], dim=-1).to(q.dtype)

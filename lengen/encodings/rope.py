@@ -120,11 +120,12 @@ class _RotatePair(torch.autograd.Function):
 
 
 def rotate_pair(q, k, cos_q, sin_q, cos_k, sin_k):
-    """(apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)) for float32 q, k rotated over
+    """(apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)) for float32 or bf16 q, k rotated over
     their whole head dim, with the cheaper hand-written backward, also under vmap; apply_rotary
     otherwise."""
     d = cos_q.shape[-1]
-    if q.dtype != torch.float32 or k.dtype != torch.float32 or d != q.shape[-1] or d != k.shape[-1]:
+    # bf16 too (a group's bf16 activations): computed in float32 against the tables, stored bf16
+    if q.dtype not in (torch.float32, torch.bfloat16) or k.dtype != q.dtype or d != q.shape[-1] or d != k.shape[-1]:
         return apply_rotary(q, cos_q, sin_q), apply_rotary(k, cos_k, sin_k)
     h = d // 2  # the tables repeat their first half: cos(p w_i) for channel i and i + d/2
     return rotate_pair_halves(q, k, cos_q[..., :h], sin_q[..., :h], cos_k[..., :h], sin_k[..., :h])

@@ -50,6 +50,8 @@ class _SplitHeads(torch.autograd.Function):
 
 def split_heads(qkv: torch.Tensor, heads: int):
     """(q, k, v), each [B, H, T, hd], from the fused projection output [B, T, 3*H*hd]."""
-    if torch.is_grad_enabled() and qkv.requires_grad:
+    # under vmap a tensor reports requires_grad False whatever its physical tensor does, so the
+    # Function (and its vmap rule) runs whenever autograd records; off it, views cost nothing
+    if torch.is_grad_enabled():
         return _SplitHeads.apply(qkv, heads)
     return head_views(qkv, heads)

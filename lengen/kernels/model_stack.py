@@ -6,9 +6,10 @@ autograd.Function whose vmap rule takes the model axis off and runs `lengen.kern
 once per model: the fused kernel at each model's own [B, H, Tq, Tk], a bias broadcast over the
 batch kept broadcast (no [N, B, H, Tq, Tk] copy), and autograd recorded on the plain tensors.
 
-On CUDA `folded_attention` runs torch's SDPA once for the whole stack, the model axis folded
-into the heads ([N, B, H, T, D] -> [B, N*H, T, D]): a bias shared by a model's batch stays
-broadcast over the batch, and the call happens outside vmap. SDPA's own batching rule (the model
+On CUDA `folded_attention` runs torch's SDPA once for the whole stack, outside vmap: the model
+axis folded into the batch ([N, B, H, T, D] -> [N*B, H, T, D], a view of the q/k/v projection)
+when the bias is the key padding alone, into the heads ([B, N*H, T, D], copies of q, k, v) when an
+encoding's bias over heads or queries must stay broadcast over each model's batch. SDPA's own batching rule (the model
 axis into the batch) failed in the memory-efficient backward on an H100 ("LSE is not correctly
 aligned (strideH)", torch 2.11, 2026-11-27) and would copy such a bias per batch row.
 """
@@ -99,14 +100,25 @@ class _FoldedAttention(_StackAttention):
         n = info.batch_size
         q, k, v = (as_stack(t, d, n) for t, d in zip((q, k, v), in_dims[:3]))  # [N, B, H, T, D]
         N, B, H, Tq, D = q.shape
+        if bias is not None:
+            bias = as_stack(bias, in_dims[3], n)  # [N, 1|B, 1|H, 1|Tq, Tk]
+        if bias is None or bias.shape[2] == bias.shape[3] == 1:
+            # no bias or keys alone (the padding mask): the models folded into the batch, which
+            # for q, k, v split from one projection is a view (no copies either way); the key
+            # bias made real per batch row is [N*B, 1, 1, Tk], small
+            if bias is not None:
+                bias = bias.expand(N, B, 1, 1, bias.shape[-1]).reshape(N * B, 1, 1, -1)
+            out = sdpa(*(t.reshape(N * B, *t.shape[2:]) for t in (q, k, v)), bias=bias, causal=causal, scale=scale)
+            return out.view(N, B, *out.shape[1:]), 0
 
         def to_heads(t):  # [N, B, H, T, D] -> [B, N*H, T, D]
             return t.transpose(0, 1).reshape(t.shape[1], N * H, *t.shape[3:])
 
-        if bias is not None:  # [N, 1|B, 1|H, 1|Tq, Tk]: heads made real, the rest kept broadcast
-            bias = as_stack(bias, in_dims[3], n)
-            bias = bias.expand(N, bias.shape[1], H, *bias.shape[3:])
-            bias = bias.transpose(0, 1).reshape(bias.shape[1], N * H, *bias.shape[3:])
+        # a bias over heads or queries (an encoding's), shared by a model's batch: the models
+        # folded into the heads, so that the bias stays broadcast over the batch (folded into
+        # the batch, it would be copied per batch row)
+        bias = bias.expand(N, bias.shape[1], H, *bias.shape[3:])
+        bias = bias.transpose(0, 1).reshape(bias.shape[1], N * H, *bias.shape[3:])
         out = sdpa(to_heads(q), to_heads(k), to_heads(v), bias=bias, causal=causal, scale=scale)
         return out.reshape(B, N, H, Tq, -1).transpose(0, 1), 0
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from lengen.encodings import build_encoding
+from lengen.kernels.layer_norm import LayerNorm
 from lengen.models.attention import ONE_MODEL, AttentionContext, Runtime, SelfAttention
 from lengen.models.config import ModelConfig
 from lengen.models.dropout import Dropout
@@ -20,8 +21,8 @@ class Block(nn.Module):
         self.pre_norm = cfg.norm == "pre"
         self.attn = SelfAttention(cfg, layer, pe)
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
-        self.norm1 = nn.LayerNorm(cfg.d_model)
-        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.norm1 = LayerNorm(cfg.d_model)
+        self.norm2 = LayerNorm(cfg.d_model)
         # one module per dropout call: a stack of models plans one mask per module (lengen.che.stack)
         self.attn_drop = Dropout(cfg.dropout)
         self.ff_drop = Dropout(cfg.dropout)
@@ -52,7 +53,7 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.pe = build_encoding(cfg)
         self.blocks = nn.ModuleList(Block(cfg, i, self.pe) for i in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.final_norm = LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, pos_q: torch.Tensor, pos_k: torch.Tensor | None = None,
@@ -65,7 +66,9 @@ class Transformer(nn.Module):
         pos_q = pos_q.to(x.device)
         pos_k = pos_q if pos_k is None else pos_k.to(x.device)
         runtime.check_positions(self.pe, pos_k)
-        x = runtime.dropout(self.drop, self.pe.embed(x, pos_q))
+        # an encoding's float32 table added to bf16 embeddings (a group's bf16 activations) keeps
+        # them bf16; for float32 embeddings `.to` is the tensor itself
+        x = runtime.dropout(self.drop, self.pe.embed(x, pos_q).to(x.dtype))
         # a method replaces RoPE's hooks; a per-layer pattern's other layers keep their own
         state = None if method is not None and self.pe.rotary else self.pe.prepare(pos_q, pos_k)
         ctx = AttentionContext(state, pos_q, pos_k, self.cfg.causal, cache, method, seq_len, runtime)
