@@ -60,13 +60,19 @@ def test_beta_is_one_plus_c_log_of_the_length_ratio_and_one_up_to_the_training_l
     assert float(logit_scale_factor(nope_cfg(0.3), pos, torch.tensor(n))) == pytest.approx(expected, abs=1e-6)
 
 
-def test_c_equal_to_one_over_log_m_is_log_n_clipped():
+def test_c_equal_to_one_over_log_m_is_log_n_clipped_and_the_default():
     # ln n / ln m = 1 + ln(n / m) / ln m: the log-n scaling is the scale at c = 1 / ln m
-    m, n = 8, 40
+    m = 8
     log_n = ModelConfig(num_layers=1, num_heads=2, d_model=8, d_ff=16, causal=True, pe="none", train_tokens=m,
                         logit_scale="log_n_clipped")
-    pos = torch.arange(n)[None]
-    assert logit_scale_factor(nope_cfg(1 / math.log(m), m), pos, n) == pytest.approx(logit_scale_factor(log_n, pos, n))
+    default = nope_cfg(m=m)
+    default.logit_scale = "drope"
+    for n in (3, 8, 40):
+        pos = torch.arange(n)[None]
+        want = max(1.0, math.log(n) / math.log(m))
+        assert logit_scale_factor(nope_cfg(1 / math.log(m), m), pos, n) == pytest.approx(want, abs=1e-12)
+        assert logit_scale_factor(default, pos, n) == pytest.approx(want, abs=1e-12)
+        assert logit_scale_factor(log_n, pos, n) == pytest.approx(want, abs=1e-12)
 
 
 @pytest.mark.parametrize("c, T", [(0.0, 24), (0.7, 24), (0.7, 8), (0.7, 5)])
@@ -89,10 +95,10 @@ def test_beta_multiplies_q_dot_k_exactly(c, T):
             assert got == pytest.approx(want, abs=1e-6)
 
 
-def test_the_drope_scale_needs_its_coefficient(tmp_path, capsys):
-    err = refused(["lm", "train", "--pe", "none", "--logit-scale", "drope", "--steps", "1",
-                   "--out", str(tmp_path / "r"), *TINY], capsys)
-    assert "needs its coefficient" in err and not (tmp_path / "r").exists()
+def test_a_negative_coefficient_is_refused(tmp_path, capsys):
+    err = refused(["lm", "train", "--pe", "none", "--logit-scale", "drope", "--logit-scale-option", "c=-0.1",
+                   "--steps", "1", "--out", str(tmp_path / "r"), *TINY], capsys)
+    assert "c must be >= 0" in err and not (tmp_path / "r").exists()
 
 
 # -- the fit -----------------------------------------------------------------------------------

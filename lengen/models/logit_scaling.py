@@ -39,10 +39,10 @@ positional encoding:
 
   drope               q.k / sqrt(d) * beta, beta = 1 + c ln(n / m) for n > m, 1 for n <= m, with n
                       the number of keys (as log_n: the whole sequence, one factor per length).
-                      Option c (>= 0, required): DroPE fits it per model on held-out text at the
-                      target length (`lengen lm eval --drope-scale fit`, lengen.lm.evaluate). With
-                      c = 1 / ln m it is log_n_clipped (ln n / ln m = 1 + ln(n / m) / ln m); c = 0
-                      is the plain attention.
+                      Option c (>= 0): DroPE fits it per model on held-out text at the target
+                      length (`lengen lm eval --drope-scale fit`, lengen.lm.evaluate; the paper's
+                      0.103 and 0.412). Default 1 / ln m, where it equals log_n_clipped (ln n / ln m
+                      = 1 + ln(n / m) / ln m); c = 0 is the plain attention.
 
 For ssmax and llama4_temperature, n counts keys (the query at index t of a causal model sees t + 1), never position values,
 as for log_n_position.
@@ -81,10 +81,7 @@ def check_logit_scale(cfg) -> None:
             raise LengenError(f"logit-scale-option {key} must be > {valid[key]:g}, got {value}")
         if valid[key] is None and value < 0:
             raise LengenError(f"logit-scale-option {key} must be >= 0, got {value}")
-    if mode == "drope" and "c" not in options:
-        raise LengenError("logit_scale 'drope' needs its coefficient: --logit-scale-option c=C (C >= 0; "
-                          "`lengen lm eval --drope-scale fit` fits one)")
-    derived = {"ssmax": "s_init", "llama4_temperature": "floor_scale"}
+    derived = {"ssmax": "s_init", "llama4_temperature": "floor_scale", "drope": "c"}
     if mode != "none" and derived.get(mode) not in options and (cfg.train_tokens is None or cfg.train_tokens < 2):
         raise LengenError(f"logit_scale {mode!r} needs a training length >= 2")
     if mode == "llama4_temperature" and not any(cfg.layer_encoding(i) == "none" for i in range(cfg.num_layers)):
@@ -160,7 +157,7 @@ def logit_scale_factor(cfg, pos_q: torch.Tensor, n, layer: int = 0, ssmax_s: tor
     m = cfg.train_tokens
     counted = isinstance(n, torch.Tensor)
     if mode == "drope":  # 1 + c ln(n / m) past the training length, 1 up to it
-        c = float(cfg.logit_scale_options["c"])
+        c = float(cfg.logit_scale_options.get("c", 1.0 / math.log(m)))
         if counted:
             return 1.0 + c * torch.log(n.float().clamp(min=1.0) / m).clamp(min=0.0)
         return 1.0 + c * max(0.0, math.log(max(n, 1) / m))

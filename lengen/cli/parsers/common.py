@@ -30,7 +30,7 @@ def add_logit_scale_arguments(g, modes: str) -> None:
                    "training length m)")
     g.add_argument("--logit-scale-option", dest="logit_scale_options", action="append", metavar="KEY=VALUE",
                    help="repeatable; ssmax: s_init (default 1/log of the training length); llama4_temperature: "
-                        "floor_scale (default training length / 8), attn_scale (0.1); drope: c (required)")
+                        "floor_scale (default training length / 8), attn_scale (0.1); drope: c (default 1/log of the training length)")
 
 
 def parse_lengths(text: str) -> list[int]:
