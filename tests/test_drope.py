@@ -369,3 +369,16 @@ def test_an_init_from_run_whose_source_failed_fails_saying_so(tmp_path, monkeypa
     failures = [json.loads(p.read_text())["error"] for p in (out / "state").glob("*.failure.json")]
     assert any("planted failure" in e for e in failures)
     assert any("not a lengen run directory" in e or "not finished" in e for e in failures)
+
+
+def test_one_worker_runs_each_dependent_right_after_its_source_and_parallel_workers_in_two_waves():
+    from types import SimpleNamespace as Run
+
+    from lengen.sweeps.runner import dependency_waves
+
+    runs = [Run(run_id="d0", after="r0"), Run(run_id="r0", after=None), Run(run_id="n0", after=None),
+            Run(run_id="d1", after="r1"), Run(run_id="r1", after=None), Run(run_id="x", after="done-already")]
+    ids = [[r.run_id for r in wave] for wave in dependency_waves(runs, sequential=True)]
+    assert ids == [["r0", "d0", "n0", "r1", "d1", "x"], []]
+    ids = [[r.run_id for r in wave] for wave in dependency_waves(runs, sequential=False)]
+    assert ids == [["r0", "n0", "r1", "x"], ["d0", "d1"]]

@@ -117,6 +117,23 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     return SweepPlan(runs, sweep, devices, workers, threads)
 
 
+def dependency_waves(todo: list, sequential: bool) -> list[list]:
+    """The runs to run, as waves run one after another: a run that starts from another's weights
+    (SweepRun.after) must come after it. One worker runs its jobs in order, so one wave in grid
+    order with each such run moved just after its source (a part-run sweep has whole seeds);
+    parallel workers get a second wave, started once every run of the first has had its turn.
+    A run whose source did not finish then fails, saying so."""
+    pending = {r.run_id for r in todo}
+    later = [r for r in todo if r.after in pending]
+    first = [r for r in todo if r.after not in pending]
+    if not sequential:
+        return [first, later]
+    ordered = []
+    for r in first:
+        ordered += [r, *(d for d in later if d.after == r.run_id)]
+    return [ordered, []]
+
+
 def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     """Run every unfinished run of `spec` in `out`; returns the counts by state."""
     plan = check_sweep(spec, out, opts)
@@ -141,10 +158,7 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     todo = [r for r in runs if states[r.run_id] != "done"]
     size = opts.group_size or (default_group_size(devices) if opts.backend == "local" else 1)
     stop_at = None if opts.time_limit is None else time.time() + 60 * opts.time_limit
-    # a run that starts from another's weights (SweepRun.after) runs in a second wave, once every
-    # run it may start from has had its turn; one whose source is not done then fails, saying so
-    pending = {r.run_id for r in todo}
-    waves = [[r for r in todo if r.after not in pending], [r for r in todo if r.after in pending]]
+    waves = dependency_waves(todo, sequential=opts.backend == "local" and workers == 1)
     waves = [[{**job(spec, group), "stop_at": stop_at} for group in plan_groups(wave, spec.command, sweep, size)]
              for wave in waves]
     jobs = [j for wave in waves for j in wave]
