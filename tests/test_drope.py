@@ -340,6 +340,10 @@ def test_the_init_from_runs_run_after_their_sources_and_the_table_names_them(tmp
     import csv
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [r["init_from"] for r in rows] == ["rope@6", "", "rope@6", ""]
+    # the fitted c of each NoPE run, as its evaluation recorded it; none for the RoPE runs
+    for r in rows:
+        done = json.loads(next((out / "runs" / r["run_id"]).glob("sweep-eval-*/results.json")).read_text())
+        assert r["drope_c"] == ("" if r["pe"] == "rope" else str(done["drope_scale"]["c"]))
     by_len = list(csv.DictReader(open(out / "ppl_by_length.csv")))
     nope_ids = {r["run_id"] for r in rows if r["pe"] == "none"}
     assert {r["method"] for r in by_len if r["run_id"] in nope_ids} == {"base", "drope_scale:c=fit"}

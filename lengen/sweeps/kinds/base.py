@@ -34,6 +34,11 @@ class SweepKind:
     #: the leading columns that are options, read from a run's config (finished or not)
     config_columns: tuple[str, ...] = ()
 
+    def trailing_for(self, evaluation: dict | None) -> tuple[str, ...]:
+        """The per-run table's last columns for a sweep with this `eval:` section (default:
+        trailing_columns; a kind may add what only some evaluations give)."""
+        return self.trailing_columns
+
     def options(self) -> list[str]:
         """Option names a sweep file may set (in `grid` and `fixed`)."""
         raise NotImplementedError

@@ -62,6 +62,10 @@ class LMKind(SweepKind):
                         "eval_seconds", "device")
     config_columns = ("pe", "seed", "lr", "steps", "train_length")
 
+    def trailing_for(self, evaluation) -> tuple[str, ...]:
+        # with DroPE's logit scale: the run's fitted (or given) c, empty for a run it does not apply to
+        return self.trailing_columns + (("drope_c",) if (evaluation or {}).get("drope_scale") else ())
+
     def options(self) -> list[str]:
         return sorted(set(LM_OPTIONS) - {"device"})
 
@@ -186,6 +190,7 @@ class LMKind(SweepKind):
         record = io.read_json(path / EVAL_FILE)  # the training's: written before the done file
         result = {k: record.get(k) for k in ("train_loss", "val_ppl", "unigram_ppl", "parameters", "train_seconds")}
         result.update({k: done.get(k) for k in ("eval_seconds", "device")})
+        result["drope_c"] = next((r["c"] for r in done["rows"] if r.get("c") is not None), None)
         *keys, metric = self.by_length_columns(evaluation)[1:]   # method[, task], length; the metric
         return result, [(*(r[k] for k in keys), r.get(metric)) for r in done["rows"]]
 
