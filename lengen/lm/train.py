@@ -13,8 +13,8 @@ moved once per step."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
