@@ -4,6 +4,7 @@ write results.csv / results.json / a plot into an output directory."""
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,10 @@ from lengen.protocols.ruler import check_tasks
 from lengen.training.run_dir import RunDir
 
 PROTOCOLS = ("ppl", "last-segment", "passkey", "ruler")
+#: DroPE's logit scale (--drope-scale): the coefficients the fit searches, and its method label
+SCALE_RANGE = (0.0, 1.0)
+SCALE_GRID = 11          # grid points over SCALE_RANGE (step 0.1), then a golden-section refinement
+SCALE_GOLDEN_STEPS = 8   # around the best grid point: an interval of 0.2 x 0.618^8 = 0.0043
 
 
 def plot_title(pe: str, train_length: int, protocol: str, segment: int | None = None) -> str:
@@ -54,10 +59,21 @@ class LMEvalConfig:
     batch_size: int = 1             # ppl / last-segment: sequences per forward pass (passkey: one prompt at a time)
     device: str = "auto"            # auto | cpu | cuda | cuda:N (lengen.devices)
     precision: str = "fp32"         # fp32 | tf32 | bf16: the forward passes' numeric mode
+    #: NoPE models: also evaluate with DroPE's logit scale beta = 1 + c ln(T / L) past the training
+    #: length L: "fit" (c fitted on `fit_docs` held-out sequences) or a number (that c); None: not
+    drope_scale: str | None = None
+    fit_docs: int = 8               # --drope-scale fit: held-out sequences after the `docs` reported ones
 
     def validate(self, train_length: int) -> None:
         if self.protocol not in PROTOCOLS:
             raise LengenError(f"unknown protocol {self.protocol!r}; valid: {', '.join(PROTOCOLS)}")
+        if self.drope_scale is not None:
+            self.drope_scale = check_drope_scale(self.drope_scale)
+            if self.protocol not in ("ppl", "last-segment"):
+                raise LengenError(f"--drope-scale is for the perplexity protocols (ppl, last-segment), not "
+                                  f"{self.protocol}")
+        if self.fit_docs < 1:
+            raise LengenError(f"fit-docs must be >= 1, got {self.fit_docs}")
         if not self.lengths:
             self.lengths = [train_length * f for f in (1, 2, 4, 8)]
         if min(self.lengths) < 1:
@@ -73,6 +89,96 @@ class LMEvalConfig:
             if not 1 <= self.segment <= min(self.lengths):
                 raise LengenError(f"--segment {self.segment} must be in 1..{min(self.lengths)} "
                                   f"(the shortest length: every length scores the same last K tokens)")
+
+
+def check_drope_scale(value) -> str:
+    """--drope-scale as the config keeps it: "fit", or a coefficient c >= 0 as text ("0.1")."""
+    text = str(value).strip().lower()
+    if text == "fit":
+        return text
+    try:
+        c = float(text)
+    except ValueError:
+        c = math.nan
+    if not (math.isfinite(c) and c >= 0):
+        raise LengenError(f"--drope-scale must be fit or a number c >= 0, got {value!r}")
+    return f"{c:g}"
+
+
+def drope_scale_label(value: str) -> str:
+    """The method label of the scaled rows: `drope_scale:c=fit`, `drope_scale:c=0.1`."""
+    return f"drope_scale:c={value}"
+
+
+def is_nope(cfg) -> bool:
+    """A model with no positional encoding in any layer and no logit scaling of its own: what
+    DroPE's scale applies to."""
+    return cfg.pe == "none" and not cfg.layer_pe and cfg.logit_scale == "none"
+
+
+@contextmanager
+def drope_scaled(model: DecoderLM, c: float):
+    """The model with DroPE's logit scale beta = 1 + c ln(T / L) past its training length
+    (lengen.models.logit_scaling, mode drope), its own setting back afterwards."""
+    cfg = model.cfg
+    was = cfg.logit_scale, cfg.logit_scale_options
+    cfg.logit_scale, cfg.logit_scale_options = "drope", {"c": float(c)}
+    try:
+        yield model
+    finally:
+        cfg.logit_scale, cfg.logit_scale_options = was
+
+
+def minimise_1d(f, lo: float, hi: float, grid: int = SCALE_GRID, golden_steps: int = SCALE_GOLDEN_STEPS) -> float:
+    """The x in [lo, hi] with the least f(x) among those tried: `grid` evenly spaced points (ends
+    included: robust to a curve with two dips), then a golden-section search between the
+    neighbours of the best one (its interval shrinks by 0.618 a step). f is called once per x
+    tried; a caller that caches f sees every value."""
+    step = (hi - lo) / (grid - 1)
+    seen = {}
+
+    def value(x: float) -> float:
+        if x not in seen:
+            seen[x] = f(x)
+        return seen[x]
+
+    best = min((lo + i * step for i in range(grid)), key=value)
+    a, b = max(lo, best - step), min(hi, best + step)
+    g = (math.sqrt(5) - 1) / 2
+    x1, x2 = b - g * (b - a), a + g * (b - a)
+    for _ in range(golden_steps):
+        if value(x1) <= value(x2):   # the minimum lies in [a, x2]
+            b, x2 = x2, x1
+            x1 = b - g * (b - a)
+        else:                        # the minimum lies in [x1, b]
+            a, x1 = x1, x2
+            x2 = a + g * (b - a)
+    return min(seen, key=lambda x: (seen[x], x))
+
+
+def fit_drope_scale(model: DecoderLM, seqs, lengths: list[int], train_length: int, batch_size: int = 1) -> dict:
+    """DroPE's c for one model (the paper fits one per model): the c in SCALE_RANGE that minimises
+    the mean over the lengths past `train_length` of the per-token NLL of `seqs` (held-out
+    sequences, not the reported ones), by minimise_1d: a grid (step 0.1), then a golden-section
+    search around its best point; the best c evaluated wins, c = 0 included.
+    Returns {"c", "nll", "nll_at_0", "lengths", "sequences", "searched": [[c, nll], ...]}."""
+    targets = [T for T in lengths if T > train_length]
+    if not targets:  # beta = 1 at every length: nothing to fit
+        return {"c": 0.0, "nll": None, "nll_at_0": None, "lengths": [], "sequences": len(seqs), "searched": []}
+    seen: dict[float, float] = {}
+
+    def nll(c: float) -> float:
+        c = round(c, 6)
+        if c not in seen:
+            with drope_scaled(model, c):
+                fn = model.nll_fn()
+                seen[c] = sum(perplexity_vs_length(fn, seqs, [T], batch_size)[0].nll for T in targets) / len(targets)
+        return seen[c]
+
+    minimise_1d(nll, *SCALE_RANGE)
+    c = min(seen, key=lambda k: (seen[k], k))
+    return {"c": c, "nll": seen[c], "nll_at_0": seen[0.0], "lengths": targets, "sequences": len(seqs),
+            "searched": [[k, seen[k]] for k in sorted(seen)]}
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple[LMConfig, DecoderLM]:
@@ -145,20 +251,40 @@ def _ruler_rows(model, methods, ecfg: LMEvalConfig, meta: dict, bar) -> list[dic
 
 def _ppl_rows(model, methods, ecfg: LMEvalConfig, cfg: LMConfig, meta: dict, bar) -> list[dict]:
     corpus = load_corpus(cfg.corpus, cfg.val_fraction)
-    seqs = long_sequences(corpus.val_docs, max(ecfg.lengths) + 1, ecfg.docs, corpus.eos)
+    fitting = ecfg.drope_scale == "fit"
+    # the fit's sequences follow the reported ones (the list's first `docs` are the same either way)
+    seqs = long_sequences(corpus.val_docs, max(ecfg.lengths) + 1, ecfg.docs + (ecfg.fit_docs if fitting else 0),
+                          corpus.eos)
+    seqs, fit_seqs = seqs[:ecfg.docs], seqs[ecfg.docs:]
     if not seqs:
         raise LengenError(f"the validation documents hold fewer than {max(ecfg.lengths) + 1} tokens in all")
+    if fitting and not fit_seqs:
+        raise LengenError(f"--drope-scale fit: the validation documents hold no sequence of {max(ecfg.lengths) + 1} "
+                          f"tokens beyond the {len(seqs)} reported; lower --docs or the longest length")
     meta["docs_used"] = len(seqs)
+    if ecfg.drope_scale is not None:
+        if fitting:
+            fit = fit_drope_scale(model, fit_seqs, ecfg.lengths, cfg.train_length, ecfg.batch_size)
+        else:
+            fit = {"c": float(ecfg.drope_scale), "given": True}
+        meta["drope_scale"] = fit
+    # (label, nll_fn, c): every method, then the scaled model (c = None: no scale)
+    scorers = [(m.label, model.nll_fn(m.method), None) for m in methods]
+    if ecfg.drope_scale is not None:
+        scorers.append((drope_scale_label(ecfg.drope_scale), model.nll_fn(), fit["c"]))
     rows: list[dict] = []
-    for m in methods:
-        fn = model.nll_fn(m.method)
+    for label, fn, c in scorers:
         if ecfg.protocol == "ppl":
             def point(L, fn=fn):
                 return perplexity_vs_length(fn, seqs, [L], ecfg.batch_size)[0]
         else:
             def point(L, fn=fn):
                 return last_segment_perplexity(fn, seqs, [L], ecfg.segment, ecfg.batch_size)[0]
-        rows += _point_rows(m.label, point, ecfg.lengths)
+        if c is None:
+            rows += _point_rows(label, point, ecfg.lengths)
+        else:
+            with drope_scaled(model, c):
+                rows += [{**r, "c": c} for r in _point_rows(label, point, ecfg.lengths)]
         bar.update(len(ecfg.lengths))
     for r in rows:
         r.pop("accuracy", None)
@@ -189,9 +315,16 @@ def evaluate_lm(run_dir: str | Path, ecfg: LMEvalConfig, out_dir: str | Path | N
     if plain_for_non_rope:
         ecfg.methods = sweep_methods(ecfg.methods, model.is_rope)
     methods = resolve_methods(ecfg.methods, model)  # bad method / non-RoPE model -> error before any work
-    calibrate_methods(methods, model, cfg.corpus, cfg.val_fraction)  # DPE's key pairs
+    if ecfg.drope_scale is not None and not is_nope(cfg.model):
+        if not plain_for_non_rope:
+            raise LengenError(f"--drope-scale is for models without positional encoding (--pe none, no logit "
+                              f"scaling of their own); this run uses pe={cfg.model.pe!r}"
+                              + (f", logit_scale={cfg.model.logit_scale!r}" if cfg.model.logit_scale != "none" else ""))
+        ecfg.drope_scale = None  # a sweep over encodings: the scale applies to its NoPE runs only
+    calibrate_methods(methods, model, cfg.corpus, cfg.val_fraction)  # DPE's key pairs, DoPE's heads
     meta = {"run": str(run_dir), "pe": cfg.model.pe, "train_length": cfg.train_length, **asdict(ecfg)}
-    bar = progress_bar(len(methods) * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
+    scored = len(methods) + (ecfg.drope_scale is not None)
+    bar = progress_bar(scored * len(ecfg.lengths), f"lm eval {ecfg.protocol}", disable=not progress)
     meta["device"] = str(device)  # where it ran (ecfg.device may say "auto")
     meta["environment"] = run_environment(device)  # commit, versions, threads: what the numbers came from
     with precision_context(ecfg.precision, device):

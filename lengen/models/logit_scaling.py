@@ -34,7 +34,17 @@ Two more, from 2025 models (options in ModelConfig.logit_scale_options, `--logit
                       trains and most it evaluates; with m / 8 it steps up within the training
                       lengths (1 + 0.1 ln 9 = 1.22 at n = m), so the model trains with it.
 
-For both, n counts keys (the query at index t of a causal model sees t + 1), never position values,
+One more, from DroPE (Gelberg et al. 2025, arXiv 2512.12167, App. C.2), for models without
+positional encoding:
+
+  drope               q.k / sqrt(d) * beta, beta = 1 + c ln(n / m) for n > m, 1 for n <= m, with n
+                      the number of keys (as log_n: the whole sequence, one factor per length).
+                      Option c (>= 0): DroPE fits it per model on held-out text at the target
+                      length (`lengen lm eval --drope-scale fit`, lengen.lm.evaluate; the paper's
+                      0.103 and 0.412). Default 1 / ln m, where it equals log_n_clipped (ln n / ln m
+                      = 1 + ln(n / m) / ln m); c = 0 is the plain attention.
+
+For ssmax and llama4_temperature, n counts keys (the query at index t of a causal model sees t + 1), never position values,
 as for log_n_position.
 
 The factor multiplies q.k only; additive position biases (ALiBi, T5, FIRE, ...) are not scaled.
@@ -49,9 +59,10 @@ import torch
 
 from lengen.errors import LengenError
 
-LOGIT_SCALES = ("none", "log_n", "log_n_clipped", "log_n_position", "ssmax", "llama4_temperature")
+LOGIT_SCALES = ("none", "log_n", "log_n_clipped", "log_n_position", "ssmax", "llama4_temperature", "drope")
 #: the options a mode takes (any other mode takes none), and the lower bound of each value
-LOGIT_SCALE_OPTIONS = {"ssmax": {"s_init": 0.0}, "llama4_temperature": {"floor_scale": 0.0, "attn_scale": None}}
+LOGIT_SCALE_OPTIONS = {"ssmax": {"s_init": 0.0}, "llama4_temperature": {"floor_scale": 0.0, "attn_scale": None},
+                       "drope": {"c": None}}
 LLAMA4_ATTN_SCALE = 0.1  # HF Llama4TextConfig.attn_scale
 
 
@@ -70,7 +81,7 @@ def check_logit_scale(cfg) -> None:
             raise LengenError(f"logit-scale-option {key} must be > {valid[key]:g}, got {value}")
         if valid[key] is None and value < 0:
             raise LengenError(f"logit-scale-option {key} must be >= 0, got {value}")
-    derived = {"ssmax": "s_init", "llama4_temperature": "floor_scale"}
+    derived = {"ssmax": "s_init", "llama4_temperature": "floor_scale", "drope": "c"}
     if mode != "none" and derived.get(mode) not in options and (cfg.train_tokens is None or cfg.train_tokens < 2):
         raise LengenError(f"logit_scale {mode!r} needs a training length >= 2")
     if mode == "llama4_temperature" and not any(cfg.layer_encoding(i) == "none" for i in range(cfg.num_layers)):
@@ -145,6 +156,11 @@ def logit_scale_factor(cfg, pos_q: torch.Tensor, n, layer: int = 0, ssmax_s: tor
         return f.view(1, 1, -1, 1) if f.dim() else f
     m = cfg.train_tokens
     counted = isinstance(n, torch.Tensor)
+    if mode == "drope":  # 1 + c ln(n / m) past the training length, 1 up to it
+        c = float(cfg.logit_scale_options.get("c", 1.0 / math.log(m)))
+        if counted:
+            return 1.0 + c * torch.log(n.float().clamp(min=1.0) / m).clamp(min=0.0)
+        return 1.0 + c * max(0.0, math.log(max(n, 1) / m))
     if mode == "log_n_position" and (cfg.causal or not counted):
         tk = pos_q.shape[-1] if counted else n  # padded: the stack's queries are all its keys
         counts = keys_per_query(pos_q.shape[-1], tk, cfg.causal, pos_q.device)

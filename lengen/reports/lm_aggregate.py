@@ -45,7 +45,7 @@ LOGIT_SCALE_LABELS = {"ssmax": "SSMax", "llama4_temperature": "Llama 4 temperatu
 
 #: columns of `runs` that are never part of a variant
 NOT_VARIANT = {"run_id", "pe", "seed", "done", "train_loss", "val_ppl", "unigram_ppl", "parameters", "seconds", "train_seconds",
-               "eval_seconds", "device", "variant", "group", "group_label", "method"}
+               "eval_seconds", "device", "variant", "group", "group_label", "method", "drope_c"}
 
 METRICS = ("ppl", "accuracy")
 

@@ -85,7 +85,7 @@ class ResultsWriter:
         earlier export), used for runs not finished in this folder."""
         self.sweep, self.runs, self.kind, self.evaluation = sweep, runs, kind, evaluation
         self.extra = varying_columns(runs, kind)
-        self.columns = [*kind.leading_columns, *self.extra, *kind.trailing_columns]
+        self.columns = [*kind.leading_columns, *self.extra, *kind.trailing_for(evaluation)]
         # a row from elsewhere may lack a column this sweep has: an empty cell
         self.known = {rid: ({c: row.get(c, "") for c in self.columns}, values)
                       for rid, (row, values) in (known or {}).items()}

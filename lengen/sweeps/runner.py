@@ -117,6 +117,23 @@ def check_sweep(spec: SweepSpec, out, opts: SweepOptions) -> SweepPlan:
     return SweepPlan(runs, sweep, devices, workers, threads)
 
 
+def dependency_waves(todo: list, sequential: bool) -> list[list]:
+    """The runs to run, as waves run one after another: a run that starts from another's weights
+    (SweepRun.after) must come after it. One worker runs its jobs in order, so one wave in grid
+    order with each such run moved just after its source (a part-run sweep has whole seeds);
+    parallel workers get a second wave, started once every run of the first has had its turn.
+    A run whose source did not finish then fails, saying so."""
+    pending = {r.run_id for r in todo}
+    later = [r for r in todo if r.after in pending]
+    first = [r for r in todo if r.after not in pending]
+    if not sequential:
+        return [first, later]
+    ordered = []
+    for r in first:
+        ordered += [r, *(d for d in later if d.after == r.run_id)]
+    return [ordered, []]
+
+
 def run_sweep(spec: SweepSpec, out, opts: SweepOptions) -> dict:
     """Run every unfinished run of `spec` in `out`; returns the counts by state."""
     plan = check_sweep(spec, out, opts)
@@ -141,7 +158,10 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
     todo = [r for r in runs if states[r.run_id] != "done"]
     size = opts.group_size or (default_group_size(devices) if opts.backend == "local" else 1)
     stop_at = None if opts.time_limit is None else time.time() + 60 * opts.time_limit
-    jobs = [{**job(spec, group), "stop_at": stop_at} for group in plan_groups(todo, spec.command, sweep, size)]
+    waves = dependency_waves(todo, sequential=opts.backend == "local" and workers == 1)
+    waves = [[{**job(spec, group), "stop_at": stop_at} for group in plan_groups(wave, spec.command, sweep, size)]
+             for wave in waves]
+    jobs = [j for wave in waves for j in wave]
     writer = ResultsWriter(sweep, runs, spec.kind, spec.evaluation)
     counts = {"done": len(runs) - len(todo), "failed": 0, "stopped": 0}
     where = (f"{count_noun(workers, 'worker')} x {count_noun(threads, 'thread')} on {', '.join(devices)}" if opts.backend == "local"
@@ -194,11 +214,12 @@ def _run_claimed(spec: SweepSpec, plan: SweepPlan, opts: SweepOptions) -> dict:
             last_write[0] = time.monotonic()
 
     try:
-        if jobs and opts.backend == "local":
-            run_local(jobs, str(sweep.path.resolve()), workers, threads, devices, on_result, on_tick)
-        elif jobs:
-            run_ray(jobs, str(sweep.path.resolve()), opts.ray_address, opts.device, threads,
-                    opts.runs_per_gpu, on_result, on_tick)
+        for wave in filter(None, waves):
+            if opts.backend == "local":
+                run_local(wave, str(sweep.path.resolve()), workers, threads, devices, on_result, on_tick)
+            else:
+                run_ray(wave, str(sweep.path.resolve()), opts.ray_address, opts.device, threads,
+                        opts.runs_per_gpu, on_result, on_tick)
     finally:
         bar.close()
         finished = writer.write()

@@ -26,6 +26,16 @@ of the grid, after the `grid:` keys (so it varies fastest), and a variant's opti
     exclude:
       - {variant: r_rope, task: bucket_sort}
 
+A variant may start from another variant's trained run of the same grid point (`init_from:`, the
+other variant's name; `command: lm` only): DroPE's recalibration of a RoPE run, which must be
+finished first. The runner runs such runs after the ones they start from; the source variant may
+not itself start from another.
+
+    grid: {seed: [0, 1, 2]}
+    variants:
+      rope: {}
+      drope: {pe: none, init_from: rope, steps: 60, warmup: 6}
+
 Every grid point becomes a config (TrainConfig, LMConfig); its run id is a hash of that whole config (less where it
 runs: the device), so the same run gets the same id from any file, in any key order. Every
 problem of a file (unknown option, wrong type, impossible combination) is found before anything
@@ -44,7 +54,7 @@ from lengen.errors import LengenError, unknown_name
 from lengen.options import check_finite
 from lengen.sweeps.kinds import KINDS, SweepKind, get_kind
 from lengen.sweeps.presets import preset_names, preset_path
-from lengen.training.run_dir import config_digest
+from lengen.training.run_dir import run_id  # noqa: F401 - the sweeps import it from here
 
 TOP_LEVEL = ("name", "description", "command", "grid", "fixed", "variants", "exclude", "eval")
 #: the grid axis `variants:` adds (a grid point's `variant` is the variant's name)
@@ -55,11 +65,16 @@ class SweepSpecError(LengenError):
     """A sweep file that cannot run; the message lists every problem found."""
 
 
+#: the key of a variant that names the variant whose run it starts from
+INIT_FROM = "init_from"
+
+
 @dataclass
 class SweepRun:
     run_id: str
     point: dict           # this run's grid values, option -> value, in grid order
     config: object        # TrainConfig (command: train) or LMConfig (command: lm)
+    after: str | None = None   # the run it starts from (a variant's init_from), which must finish first
 
 
 @dataclass
@@ -74,6 +89,8 @@ class SweepSpec:
     evaluation: dict | None = None        # command: lm: the `eval:` section (lengen lm eval options)
     #: `variants:`: name -> options; one more grid axis after `grid`'s keys
     variants: dict[str, dict] = field(default_factory=dict)
+    #: variant -> the variant whose run of the same grid point it starts from (`init_from:`)
+    sources: dict[str, str] = field(default_factory=dict)
 
     def axes(self) -> dict[str, list]:
         """The grid's axes in order: `grid`'s keys, then `variant` (the variants' names)."""
@@ -98,17 +115,17 @@ class SweepSpec:
         d = {"name": self.name, "description": self.description, "grid": self.grid, "fixed": self.fixed,
              "exclude": self.exclude}
         if self.variants:
-            d["variants"] = self.variants
+            d["variants"] = {name: {**options, **({INIT_FROM: self.sources[name]} if name in self.sources else {})}
+                             for name, options in self.variants.items()}
         if self.command != "train":
             d.update(command=self.command, eval=self.evaluation)
         return d
 
 
-def run_id(cfg) -> str:
-    """12 hex digits of the SHA-256 of the config (runtime fields left out), keys sorted. A field
-    added after sweeps existed (`cfg.ADDED_FIELDS`, dotted path -> its default) is hashed only when
-    it differs from that default, so existing sweep folders keep their run ids and resume."""
-    return config_digest(cfg, [k for k in cfg.to_dict() if k not in cfg.RUNTIME])
+#: run_id (lengen.training.run_dir): 12 hex digits of the SHA-256 of the config (runtime fields
+#: left out), keys sorted. A field added after sweeps existed (`cfg.ADDED_FIELDS`, dotted path ->
+#: its default) is hashed only when it differs from that default, so existing sweep folders keep
+#: their run ids and resume.
 
 
 def _option_name(kind: SweepKind, key, where: str, errors: list[str]) -> str | None:
@@ -180,6 +197,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
             grid[name] = kept
     fixed = _single_values(kind, fixed_in, "fixed", grid, errors, "also in `grid`; give it in one place",
                            "fixed values are single")
+    sources = _parse_sources(kind, data.get("variants"), errors)
     variants = _parse_variants(kind, data.get("variants"), grid, errors)
     # `lengen train --steps 0` evaluates an untrained model; in a sweep it is a forgotten value
     for where_, value in [*((f"grid.steps[{i}]", v) for i, v in enumerate(grid.get("steps", []))),
@@ -223,7 +241,7 @@ def parse_spec(data, source: str = "", where: str = "sweep file") -> SweepSpec:
     name = data.get("name") or "sweep"
     spec = SweepSpec(name=str(name), grid=grid, fixed=fixed, exclude=exclude,
                      description=str(data.get("description") or ""), source=source, command=command,
-                     evaluation=evaluation, variants=variants)
+                     evaluation=evaluation, variants=variants, sources=sources)
     if errors:
         if grid and command in KINDS:   # every problem in one round: what could be read is built too
             try:
@@ -255,6 +273,26 @@ def _single_values(kind: SweepKind, options: dict, where: str, grid: dict, error
     return values
 
 
+def _parse_sources(kind: SweepKind, raw, errors: list[str]) -> dict[str, str]:
+    """The variants' `init_from:` keys (variant -> source variant), checked: another variant of
+    the file, which does not start from one itself; a kind that can start runs from others' only."""
+    if not isinstance(raw, dict):
+        return {}
+    sources = {str(name): options[INIT_FROM] for name, options in raw.items()
+               if isinstance(options, dict) and INIT_FROM in options}
+    for name, source in sources.items():
+        where = f"variants.{name}.{INIT_FROM}"
+        if not kind.starts_from_runs:
+            errors.append(f"{where}: `command: {kind.name}` runs cannot start from another run's weights")
+        elif not isinstance(source, str) or source not in raw or source == name:
+            errors.append(f"{where}: must name another variant ({', '.join(str(v) for v in raw if v != name)}), "
+                          f"got {source!r}")
+        elif source in sources:
+            errors.append(f"{where}: {source!r} starts from {sources[source]!r} itself; a run starts from a "
+                          "run trained from scratch")
+    return {k: v for k, v in sources.items() if isinstance(v, str)}
+
+
 def _parse_variants(kind: SweepKind, raw, grid: dict, errors: list[str]) -> dict[str, dict]:
     """`variants:` checked: a mapping of names to mappings of options (each option checked as in
     `fixed`; none of them a `grid` option, which would make the grid's value meaningless)."""
@@ -268,6 +306,8 @@ def _parse_variants(kind: SweepKind, raw, grid: dict, errors: list[str]) -> dict
         where = f"variants.{label}"
         if options is None:
             options = {}
+        if isinstance(options, dict):
+            options = {k: v for k, v in options.items() if k != INIT_FROM}   # _parse_sources'
         if not isinstance(options, dict):
             errors.append(f"{where}: must be a mapping of options (or empty for the defaults)")
             continue
@@ -336,6 +376,15 @@ def expand(spec: SweepSpec) -> list[SweepRun]:
             continue
         try:
             cfg = kind.config(spec.options_of(point), spec.own_options(point))
+            after = None
+            source = spec.sources.get(point.get(VARIANT))
+            if source is not None:
+                source_point = {**point, VARIANT: source}
+                if _excluded(source_point, spec.exclude):
+                    raise LengenError(f"it starts from variant {source!r}'s run, which `exclude` drops")
+                source_cfg = kind.config(spec.options_of(source_point), spec.own_options(source_point))
+                kind.start_from(cfg, source_cfg)
+                after = run_id(source_cfg)
             structural = kind.structural_key(cfg)
             if structural not in built:
                 try:
@@ -351,7 +400,7 @@ def expand(spec: SweepSpec) -> list[SweepRun]:
         rid = run_id(cfg)
         if rid not in seen:
             seen.add(rid)
-            runs.append(SweepRun(rid, point, cfg))
+            runs.append(SweepRun(rid, point, cfg, after))
     if problems:
         lines = []
         for message, points in problems.items():

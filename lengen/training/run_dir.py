@@ -32,6 +32,12 @@ def config_digest(cfg, keys=None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def run_id(cfg) -> str:
+    """A run's id: 12 hex digits of the SHA-256 of its config less where it runs (`cfg.RUNTIME`);
+    a sweep names its run folders by it, and a run started from another's weights records it."""
+    return config_digest(cfg, [k for k in cfg.to_dict() if k not in cfg.RUNTIME])
+
+
 def record_mismatch(record, expected: dict) -> str | None:
     """Why `record` (an evaluation record read from a run directory) is not the one `expected`
     describes (field -> value), or None: "damaged (...)", "another run's (...)" or "for KEY X, not

@@ -26,10 +26,11 @@ def add_layer_pe_argument(g) -> None:
 def add_logit_scale_arguments(g, modes: str) -> None:
     """--logit-scale (`modes`: the log-n ones the command trains with) and --logit-scale-option."""
     g.add_argument("--logit-scale", help=f"attention logit scaling: {modes}, ssmax (Scalable-Softmax, learned s "
-                   "per head), llama4_temperature (Llama 4's, NoPE layers only)")
+                   "per head), llama4_temperature (Llama 4's, NoPE layers only), drope (1 + c ln(n/m) past the "
+                   "training length m)")
     g.add_argument("--logit-scale-option", dest="logit_scale_options", action="append", metavar="KEY=VALUE",
                    help="repeatable; ssmax: s_init (default 1/log of the training length); llama4_temperature: "
-                        "floor_scale (default training length / 8), attn_scale (0.1)")
+                        "floor_scale (default training length / 8), attn_scale (0.1); drope: c (default 1/log of the training length)")
 
 
 def parse_lengths(text: str) -> list[int]:

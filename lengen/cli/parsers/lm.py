@@ -14,6 +14,8 @@ TRAIN_EPILOG = """examples:
   lengen lm train --pe rope --pe-option base=500 --train-length 128 --seed 1 --out runs/lm-rope-b500
   # PoSE: train in 256-token windows with position ids reaching 4096 (docs/training_time_methods.md)
   lengen lm train --pe rope --positions pose --position-option target=4096 --out runs/lm-rope-pose
+  # DroPE: a finished RoPE run's weights with RoPE removed, recalibrated 60 steps at its length
+  lengen lm train --init-from runs/lm-rope --pe none --steps 60 --warmup 6 --out runs/lm-drope
   # on a GPU, bfloat16 autocast
   lengen lm train --pe rope --device cuda --precision bf16 --out runs/lm-rope-gpu
 
@@ -37,6 +39,8 @@ EVAL_EPILOG = """examples:
   lengen lm eval runs/lm-rope --protocol ruler --tasks niah_single,vt,cwe --lengths 1k,2k --trials 10
   # non-RoPE models are evaluated as trained
   lengen lm eval runs/lm-alibi --methods base --lengths 256,1024,4096
+  # a DroPE run (lengen lm train --init-from): plain, and with the logit scale fitted on held-out text
+  lengen lm eval runs/lm-drope --methods base --lengths 128,256,512,1024 --drope-scale fit
 
 Methods (RoPE models only; "rope" = as trained) are lengen.extrapolation specs, comma-separated;
 options follow a colon and methods compose with "+". An option the protocol does not use is
@@ -67,6 +71,10 @@ def _add_train(sub) -> None:
     g = corpus_training.add_model_arguments(p, d, max_position="learned-table size, randomized range, pose's "
                                       "default target")
     add_logit_scale_arguments(g, "none, log_n, log_n_clipped, log_n_position")
+    g.add_argument("--init-from", metavar="RUN_DIR",
+                   help="start from this finished RoPE run's weights with the encoding dropped (DroPE; needs --pe "
+                   "none): its shape, corpus and training length unless given (they must match), a fresh "
+                   "optimiser (docs/training_time_methods.md)")
     corpus_training.add_run_arguments(p, d, seeded="weights and data order", validated="the final ppl",
                                 out_default="runs/lm-PE[-POSITIONS]-LTRAIN-sSEED")
     p.set_defaults(func="lengen.cli.lm:run_train")
@@ -93,6 +101,11 @@ def _add_eval(sub) -> None:
     p.add_argument("--tasks", metavar="T,T", help=f"{protocols_only('tasks')}: comma-separated tasks (default: all)")
     p.add_argument("--batch-size", type=int, metavar="B", help=f"{protocols_only('batch_size')}: sequences per "
                    f"forward pass ({d.batch_size})")
+    p.add_argument("--drope-scale", metavar="fit|C", help="NoPE runs (DroPE): also evaluate with the attention logits "
+                   "times 1 + C ln(T/L) past the training length L (method drope_scale:c=...); fit: C in [0, 1] "
+                   "minimising the held-out perplexity at the lengths past L, on --fit-docs sequences after the "
+                   "reported ones (results.json: drope_scale)")
+    p.add_argument("--fit-docs", type=int, metavar="N", help=f"--drope-scale fit: held-out sequences ({d.fit_docs})")
     p.add_argument("--out", metavar="DIR", help="output directory (default RUN_DIR/eval-PROTOCOL)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_device_arguments(p, "the evaluation runs")

@@ -144,6 +144,7 @@ LM = _tree({
     'val_windows': 128,
     'device': 'auto',
     'precision': 'fp32',
+    'init_from': None,
 })
 
 LM_EVAL = _tree({
@@ -159,6 +160,8 @@ LM_EVAL = _tree({
     'batch_size': 1,
     'device': 'auto',
     'precision': 'fp32',
+    'drope_scale': None,
+    'fit_docs': 8,
 })
 
 MLM = _tree({

@@ -21,6 +21,8 @@ class SweepKind:
     command: str = ""               # the command whose options the grid holds, for messages
     #: config fields that cannot make a run invalid in a way only a model build finds
     cheap_fields: tuple[str, ...] = ()
+    #: whether a run may start from another run's weights (a variant's `init_from:`, start_from)
+    starts_from_runs: bool = False
 
     # -- its results tables (lengen.sweeps.results writes them) --
     #: (one row per finished run, its values by length in long form): the files in the sweep folder
@@ -31,6 +33,11 @@ class SweepKind:
     trailing_columns: tuple[str, ...] = ()
     #: the leading columns that are options, read from a run's config (finished or not)
     config_columns: tuple[str, ...] = ()
+
+    def trailing_for(self, evaluation: dict | None) -> tuple[str, ...]:
+        """The per-run table's last columns for a sweep with this `eval:` section (default:
+        trailing_columns; a kind may add what only some evaluations give)."""
+        return self.trailing_columns
 
     def options(self) -> list[str]:
         """Option names a sweep file may set (in `grid` and `fixed`)."""
@@ -57,6 +64,11 @@ class SweepKind:
         if raw is not None:
             errors.append(f"eval: applies to `command: lm` sweeps only, not `command: {self.name}`")
         return None
+
+    def start_from(self, cfg, source_cfg) -> None:
+        """Make `cfg` start from the weights of run `source_cfg` (checked; LengenError), for kinds
+        with starts_from_runs."""
+        raise NotImplementedError
 
     def check(self, cfg, evaluation: dict | None) -> None:
         """Build what the run builds (its model, its evaluation) so a bad combination fails now,

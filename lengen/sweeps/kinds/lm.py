@@ -7,7 +7,9 @@ section holds `lengen lm eval` options applied to every run once it is trained:
     eval: {protocol: ppl, lengths: [128, 256, 512, 1024], methods: [rope, "yarn:factor=8"]}
 
 RoPE-only methods (everything but the plain `rope`/`base`) apply to RoPE runs; every other run is
-evaluated plainly (`base`). The evaluation is not part of a run's id: changing the `eval:` section
+evaluated plainly (`base`), and `drope_scale` (DroPE's logit scale) applies to the NoPE runs only.
+A variant's `init_from:` (lengen.sweeps.spec) starts its runs from another variant's finished RoPE
+run of the same grid point: DroPE's recalibration (`lengen lm train --init-from`). The evaluation is not part of a run's id: changing the `eval:` section
 re-evaluates the trained runs (the done file's name hashes the section) without retraining them.
 """
 
@@ -31,7 +33,7 @@ from lengen.training.corpus_loop import EVAL_FILE
 from lengen.lm.methods import default_methods, resolve_methods, sweep_methods
 from lengen.lm.model import DecoderLM
 from lengen.lm.options import LM_OPTIONS, coerce_lm_option, lm_config_from_options, lm_option_values
-from lengen.lm.train import build_train_sampler, train_lm
+from lengen.lm.train import build_train_sampler, check_source, init_record, train_lm
 from lengen.options import coerce_value
 from lengen.protocols.fitting import check_prompts_fit
 from lengen.protocols.options import USED_BY, check_protocol_options
@@ -40,7 +42,7 @@ from lengen.training.run_dir import config_digest
 
 #: `lengen lm eval` settings an `eval:` section may give (device is where the sweep runs)
 EVAL_KEYS = ("methods", "lengths", "protocol", "segment", "docs", "trials", "seed", "tasks", "max_new_tokens",
-             "batch_size", "precision")
+             "batch_size", "precision", "drope_scale", "fit_docs")
 
 
 def _eval_types() -> dict:
@@ -52,18 +54,26 @@ class LMKind(SweepKind):
     name = "lm"
     command = "lengen lm train"
     cheap_fields = ("seed", "lr", "steps", "warmup", "weight_decay", "grad_clip", "checkpoint_every",
-                    "log_every", "val_windows", "precision", "device")
+                    "log_every", "val_windows", "precision", "device", "init_from")
+    starts_from_runs = True
     tables = ("results.csv", "ppl_by_length.csv")
     leading_columns = ("run_id", "pe", "seed", "lr", "steps", "train_length")
     trailing_columns = ("train_loss", "val_ppl", "unigram_ppl", "parameters", "seconds", "train_seconds",
                         "eval_seconds", "device")
     config_columns = ("pe", "seed", "lr", "steps", "train_length")
 
+    def trailing_for(self, evaluation) -> tuple[str, ...]:
+        # with DroPE's logit scale: the run's fitted (or given) c, empty for a run it does not apply to
+        return self.trailing_columns + (("drope_c",) if (evaluation or {}).get("drope_scale") else ())
+
     def options(self) -> list[str]:
         return sorted(set(LM_OPTIONS) - {"device"})
 
     def option_values(self, cfg) -> dict:
-        return lm_option_values(cfg)
+        # init_from as the source's encoding and step ("rope@600"): the same for every seed, so the
+        # recalibrated runs of one variant share a row of the report
+        source = cfg.init_from
+        return {**lm_option_values(cfg), "init_from": None if source is None else f"{source['pe']}@{source['step']}"}
 
     def coerce(self, name: str, value):
         return coerce_lm_option(name, value)
@@ -94,6 +104,8 @@ class LMKind(SweepKind):
                 continue
             if name == "methods" and isinstance(value, str):
                 value = split_methods(value)
+            if name == "drope_scale" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
             try:
                 settings[name] = coerce_value(name, value, types[name])
             except LengenError as e:
@@ -123,6 +135,11 @@ class LMKind(SweepKind):
         ecfg.validate(train_length)
         return ecfg
 
+    def start_from(self, cfg, source_cfg) -> None:
+        cfg.init_from = init_record(source_cfg, source_cfg.steps)
+        cfg.validate()
+        check_source(cfg, source_cfg, "init_from")
+
     def check(self, cfg, evaluation) -> None:
         ecfg = self.eval_config(evaluation, cfg.train_length)
         try:
@@ -149,7 +166,9 @@ class LMKind(SweepKind):
         training = self.records(cfg, done_file, evaluation)[EVAL_FILE]
         if record_problem(path / EVAL_FILE, training) is not None:  # else trained: only the evaluation is left
             # no record, or a damaged or foreign one: resumed from the checkpoint, validated again
-            train_lm(cfg, path, progress=False, on_log=on_log, note=None)  # `sweep run` named it
+            # a recalibration starts from its source: the run of that id in this sweep folder
+            source = None if cfg.init_from is None else path.parent / cfg.init_from["run_id"]
+            train_lm(cfg, path, progress=False, on_log=on_log, note=None, init_dir=source)  # `sweep run` named it
         record = io.read_json(path / EVAL_FILE)
         ecfg = self.eval_config(evaluation, cfg.train_length, cfg.device)
         ecfg.precision = (evaluation or {}).get("precision", cfg.precision)
@@ -171,6 +190,7 @@ class LMKind(SweepKind):
         record = io.read_json(path / EVAL_FILE)  # the training's: written before the done file
         result = {k: record.get(k) for k in ("train_loss", "val_ppl", "unigram_ppl", "parameters", "train_seconds")}
         result.update({k: done.get(k) for k in ("eval_seconds", "device")})
+        result["drope_c"] = next((r["c"] for r in done["rows"] if r.get("c") is not None), None)
         *keys, metric = self.by_length_columns(evaluation)[1:]   # method[, task], length; the metric
         return result, [(*(r[k] for k in keys), r.get(metric)) for r in done["rows"]]
 
