@@ -54,21 +54,20 @@ many)
     step many_others 150 $PY benchmarks/train_many.py --device cuda --encodings alibi,relative \
         --sizes 1,32,256 --buckets auto,1,4 --steps 20 --warmup 3 --solo-models 2
     ;;
-once)  # limits add up to 440 s: run with timeout_s 480 (a start took 30-60 s on 2026-11-27/28)
+once)  # limits add up to 450 s: run with timeout_s 480 (a start took 30-60 s on 2026-11-27/28)
+    # issue 54: the Triton remapping kernel compiled and checked against its references, then timed
+    # against SDPA (all lengths, no flex: flex compiles take > 80 s a method) and against flex at 16k;
+    # the group of 512 in fp32 and bf16 (0.70 GB / model-step counted for bf16 on the meta device)
     # -v: the names as they finish (on 2026-11-28 the run hung after its last test, before the summary)
-    step tests 100 $PY -m pytest -v -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
-        tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py -k "cuda or flex or devices or multiple or folded or vmap"
-    # where a group's step goes (2026-11-28: 580 model-steps/s at N = 512)
-    step many_profile 70 $PY benchmarks/train_many.py --device cuda --encodings rope \
-        --sizes 512 --buckets auto --steps 5 --warmup 2 --solo-models 1 --profile 30
-    # the first process compiles every method's passes (three took >80 s on 2026-11-28; two here);
-    # the next one reads inductor's disk cache
-    step attention_prefill_16384 130 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512"
-    step attention_prefill_131072 60 $PY benchmarks/attention_speed.py --device cuda --dtype bfloat16 \
-        --lengths 131072 --repeats 3 --flex only --methods "rerope:window=512;self_extend:group=8,window=512"
-    step hf_forward 80 $PY benchmarks/hf_forward_speed.py --device cuda --dtype bfloat16 \
-        --lengths 16384,65536 --repeats 2 --methods "yarn:factor=8;rerope:window=2048"
+    step tests 110 $PY -m pytest -v -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
+        tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py tests/test_triton_remap.py tests/test_group_bf16.py \
+        -k "cuda or flex or devices or multiple or folded or vmap or triton_remap or group_bf16"
+    step remap_kernel 130 $PY benchmarks/remap_kernel_speed.py --no-flex --lengths 16384,65536,131072 --repeats 3 \
+        --configs 128x64x8,64x64x4
+    step remap_kernel_flex_16384 110 $PY benchmarks/remap_kernel_speed.py --lengths 16384 --repeats 3 \
+        --methods "rerope:window=512;self_extend:group=8,window=512"
+    step many_precision 100 $PY benchmarks/train_many.py --device cuda --encodings rope --sizes 512 --buckets auto \
+        --precision fp32,bf16 --steps 10 --warmup 2 --solo-models 1
     ;;
 flex)  # limits add up to 400 s: run with timeout_s 430
     for T in 16384 65536 131072; do
