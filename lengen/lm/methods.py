@@ -106,10 +106,12 @@ def calibrate_methods(methods: list[ResolvedMethod], model, corpus: str | None, 
     """Set the key pairs of every DPE method that needs them, from CALIBRATION_WINDOWS validation
     windows of L0 tokens of the run's corpus (one pass for all), and the heads of every DoPE method,
     from one validation window of factor * L0 tokens, the model running Dynamic NTK (as lengen.hf)."""
-    L0 = model.rope_spec().train_length
     dopes = [part for part in (dope_part(m.method) for m in methods) if part is not None and part.needs_calibration]
-    if dopes:
-        data = load_corpus(corpus, val_fraction)
+    parts = [part for part in (dpe_part(m.method) for m in methods) if part is not None and part.needs_calibration]
+    if not dopes and not parts:
+        return
+    L0 = model.rope_spec().train_length
+    data = load_corpus(corpus, val_fraction)
     for part in dopes:
         length = max(L0, round(part.factor * L0))
         windows = long_sequences(data.val_docs, length, 1, data.eos)
@@ -118,10 +120,8 @@ def calibrate_methods(methods: list[ResolvedMethod], model, corpus: str | None, 
         grams = GramScores(part)
         capture_qk(model, torch.from_numpy(np.stack(windows)), grams, method=f"dynamic:factor={part.factor:g}")
         part.set_heads(choose_heads(part, grams.scores()))
-    parts = [part for part in (dpe_part(m.method) for m in methods) if part is not None and part.needs_calibration]
     if not parts:
         return
-    data = load_corpus(corpus, val_fraction)
     windows = long_sequences(data.val_docs, L0, CALIBRATION_WINDOWS, data.eos)
     if not windows:
         raise LengenError(f"dpe: the validation documents hold fewer than {L0} tokens to calibrate the key pairs on")
