@@ -15,6 +15,11 @@ from lengen.cli import build_parser, handler, handlers
 # Ray in the tests (a local instance, a two-node cluster) stays on the loopback address: set before
 # any test imports Ray, which reads it once; the processes the tests start inherit it
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Triton reads TRITON_INTERPRET when a kernel is decorated: without CUDA, set it before any test
+# imports lengen.kernels.triton_remap (test_imports imports every module), so the kernel tests run
+# it in the interpreter whichever test file comes first
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")

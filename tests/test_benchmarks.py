@@ -55,9 +55,9 @@ def test_train_many_prints_one_row_per_encoding_size_and_bucketing():
                                       "--sizes", "2", "--buckets", "auto,1", "--encodings", "rope",
                                       "--layers", "1", "--d-model", "16", "--heads", "2", "--batch-size", "4",
                                       "--train-length", "5"))
-    assert header[:5] == ["encoding", "N", "buckets", "model-steps/s", "vs one at a time"]
-    assert [(r[0], r[1], r[2]) for r in rows] == [("rope", "1 at a time", ""), ("rope", "2", "auto"),
-                                                  ("rope", "2", "1")]
+    assert header[:6] == ["encoding", "precision", "N", "buckets", "model-steps/s", "vs one at a time"]
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("rope", "fp32", "1 at a time", ""), ("rope", "fp32", "2", "auto"),
+                                                        ("rope", "fp32", "2", "1")]
 
 
 def test_train_speed_prints_the_plain_port_and_each_encoding():

@@ -60,7 +60,8 @@ class MLMConfig:
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None) -> MLMConfig:
         """`where` (a run directory) prefixes the error messages."""
-        cfg = run_config_from_dict(cls, d, where, {ARITH_KEY: ARITH_RUN, "task": CHE_RUN}, " (not a `lengen mlm` run?)")
+        cfg = run_config_from_dict(cls, d, where, {ARITH_KEY: ARITH_RUN, "task": CHE_RUN, "init_from": LM_RUN},
+                                   " (not a `lengen mlm` run?)")
         if cfg.model.causal:   # a decoder LM run has every key an MLM run has: its causal model tells
             raise LengenError((f"{where}: " if where else "") + LM_RUN)
         return cfg
