@@ -25,6 +25,7 @@ Both derive the sequence length (for dynamic NTK) as max(position) + 1, like HF,
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from dataclasses import dataclass
@@ -109,8 +110,22 @@ class ExtrapolationMethod:
 
     def for_layer(self, layer: int) -> "ExtrapolationMethod":
         """The method as attention layer `layer` applies it: itself, except for methods with
-        per-layer state (DPE's key frequency pairs). Callers that know the layer call it."""
+        per-layer state (DPE's key frequency pairs, DoPE's heads). Callers that know the layer call it."""
         return self
+
+    def layer_copy(self, layer: int, state: dict | None, attr: str) -> "ExtrapolationMethod":
+        """for_layer of a method whose per-layer state a calibration sets (`state`: layer -> value,
+        None until set): a copy holding state[layer] (None for a layer not listed) in `attr`, made
+        once per layer and kept in `_layers`, which setting the state again must clear."""
+        if state is None:
+            return self
+        layers = self.__dict__.setdefault("_layers", {})
+        if layer not in layers:
+            method = copy.copy(self)
+            setattr(method, attr, state.get(layer))
+            method._layers = {}
+            layers[layer] = method
+        return layers[layer]
 
     def window_problem(self) -> str | None:
         """Why these options cannot keep a model trained on rope.train_length tokens within the

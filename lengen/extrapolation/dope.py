@@ -96,6 +96,10 @@ class Dope(DynamicNtk):
         """True while no heads are chosen and some are to be (count > 0)."""
         return self.count > 0 and self.layer_heads is None
 
+    def calibration_spec(self) -> str:
+        """What the model runs while its heads are scored: Dynamic NTK at this method's factor."""
+        return f"dynamic:factor={self.factor:g}"
+
     def set_heads(self, layer_heads: dict[int, torch.Tensor]) -> None:
         """Per layer index, a [H] bool mask of the heads to denoise (a layer not listed: none)."""
         self.layer_heads = {int(layer): mask.bool().cpu() for layer, mask in layer_heads.items()}
@@ -108,11 +112,7 @@ class Dope(DynamicNtk):
         return method
 
     def for_layer(self, layer: int) -> "Dope":
-        if self.layer_heads is None:
-            return self
-        if layer not in self._layers:
-            self._layers[layer] = self.with_heads(self.layer_heads.get(layer))
-        return self._layers[layer]
+        return self.layer_copy(layer, self.layer_heads, "heads")
 
     def attention(self, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale):
         # a chosen query head's copy of its key head is rotated apart from its group's other copies

@@ -29,7 +29,6 @@ group's by a needle search at the target length (`lengen hf tune` searches them)
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -111,13 +110,7 @@ class Dpe(RemapMethod):
         self._layers = {}
 
     def for_layer(self, layer: int) -> "Dpe":
-        if self.key_pairs is None:
-            return self
-        if layer not in self._layers:
-            method = copy.copy(self)
-            method.mask, method._layers = self.key_pairs.get(layer), {}
-            self._layers[layer] = method
-        return self._layers[layer]
+        return self.layer_copy(layer, self.key_pairs, "mask")
 
     # ---- positions --------------------------------------------------------------------------------
     def pair_scales(self) -> torch.Tensor:

@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -66,7 +67,7 @@ def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None,
 
 
 def _folder_tokenizer(model: nn.Module, who: str):
-    what, without = NEEDS[who]
+    what, without = KINDS[who].needs, KINDS[who].without
     path = getattr(model.config, "_name_or_path", "") or ""
     if not path or not Path(path).is_dir():
         raise LengenError(f"{who}: calibrating {what} needs text: pass calibration= (token ids [N, T] "
@@ -128,22 +129,31 @@ def _cached(kind: str, key: dict, compute: Callable[[], dict], encode: Callable[
     """compute() -> {layer: tensor}, kept in cache_root()/kind/ as {"settings": key, "layers":
     encode(result)}; a file whose settings differ, or that decode() refuses, is named and rebuilt."""
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    path = io.cache_root() / kind / f"{CACHE_PREFIX[kind]}-{name}.json"
+    path = io.cache_root() / kind / f"{KINDS[kind].prefix}-{name}.json"
     if use_cache and path.exists():
         cached, problem = _read(path, key, decode, kind)
         if cached is not None:
             return cached
-        print(f"note: {path} {problem}; calibrating the {CACHE_LABEL[kind]} again", file=sys.stderr)
+        print(f"note: {path} {problem}; calibrating the {KINDS[kind].label} again", file=sys.stderr)
     result = compute()
     if use_cache:
         io.write_json(path, {"settings": key, "layers": encode(result)})
     return result
 
 
-CACHE_PREFIX = {"dpe": "key-pairs", "dope": "head-scores"}
-CACHE_LABEL = {"dpe": "DPE key pairs", "dope": "DoPE head scores"}
-# what each method calibrates, and the option that needs no calibration
-NEEDS = {"dpe": ("the key pairs", "topk= every pair"), "dope": ("the heads", "count=0")}
+@dataclass(frozen=True)
+class Kind:
+    """What one method calibrates, as its cache file and its messages name it."""
+    prefix: str        # the cache file's name begins with it
+    label: str         # "calibrating the <label> again"
+    stored: str        # "holds the <stored> of other settings"
+    options: str       # the options that make settings other
+    needs: str         # "calibrating <needs> needs text"
+    without: str       # the option that needs no calibration
+
+
+KINDS = {"dpe": Kind("key-pairs", "DPE key pairs", "key pairs", "topk", "the key pairs", "topk= every pair"),
+         "dope": Kind("head-scores", "DoPE head scores", "head scores", "rank or factor", "the heads", "count=0")}
 
 
 def dpe_key_pairs(model: nn.Module, dpe: Dpe, capture: Capture, calibration=None, train_length: int | None = None,
@@ -197,7 +207,7 @@ def dope_heads(model: nn.Module, dope: Dope, capture: Capture, calibration=None,
 
     def compute():
         grams = GramScores(dope)
-        capture(model, ids, grams, method=f"dynamic:factor={dope.factor:g}")
+        capture(model, ids, grams, method=dope.calibration_spec())
         return grams.scores()
 
     def encode(scores):
@@ -224,8 +234,7 @@ def _read(path: Path, key: dict, decode, kind: str) -> tuple[dict | None, str]:
     if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
         return None, "is not a lengen calibration file"
     if data.get("settings") != key:
-        what, options = {"dpe": ("key pairs", "topk"), "dope": ("head scores", "rank or factor")}[kind]
-        return None, f"holds the {what} of other settings (another model, text or {options})"
+        return None, f"holds the {KINDS[kind].stored} of other settings (another model, text or {KINDS[kind].options})"
     out, problem = decode(data["layers"])
     if not out:
         return None, problem or "is damaged (no layers)"

@@ -94,12 +94,16 @@ _mask_cache: OrderedDict = OrderedDict()
 MASK_CACHE_SIZE = 4
 
 
+def _checked_mode(value: str) -> str:
+    if value not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
+    return value
+
+
 def set_mode(value: str) -> None:
     """"auto" (CUDA only), "force" (any device, errors raised) or "off"."""
     global _mode, _failed
-    if value not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
-    _mode, _failed = value, None
+    _mode, _failed = _checked_mode(value), None
 
 
 def mode() -> str:
@@ -154,9 +158,7 @@ def attend(pieces: TwoPiece, v: torch.Tensor) -> torch.Tensor:
 def set_triton_mode(value: str) -> None:
     """The Triton kernel's mode: "auto" (CUDA only), "force" (any device, errors raised) or "off"."""
     global _triton_mode, _triton_failed
-    if value not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
-    _triton_mode, _triton_failed = value, None
+    _triton_mode, _triton_failed = _checked_mode(value), None
 
 
 def triton_mode() -> str:

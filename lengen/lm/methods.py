@@ -118,7 +118,7 @@ def calibrate_methods(methods: list[ResolvedMethod], model, corpus: str | None, 
         if not windows:
             raise LengenError(f"dope: the validation documents hold fewer than {length} tokens to choose the heads on")
         grams = GramScores(part)
-        capture_qk(model, torch.from_numpy(np.stack(windows)), grams, method=f"dynamic:factor={part.factor:g}")
+        capture_qk(model, torch.from_numpy(np.stack(windows)), grams, method=part.calibration_spec())
         part.set_heads(choose_heads(part, grams.scores()))
     if not parts:
         return
