@@ -60,7 +60,7 @@ once)  # limits add up to 450 s: run with timeout_s 480 (a start took 30-60 s on
     # the group of 512 in fp32 and bf16 (0.70 GB / model-step counted for bf16 on the meta device)
     # -v: the names as they finish (on 2026-11-28 the run hung after its last test, before the summary)
     step tests 110 $PY -m pytest -v -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
-        tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py tests/test_triton_remap.py tests/test_group_bf16.py \
+        tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py tests/test_triton_remap.py tests/test_triton_rotary.py tests/test_group_bf16.py \
         -k "cuda or flex or devices or multiple or folded or vmap or triton_remap or group_bf16"
     step remap_kernel 130 $PY benchmarks/remap_kernel_speed.py --no-flex --lengths 16384,65536,131072 --repeats 3 \
         --configs 128x64x8,64x64x4

@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_leaves
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import lengen.kernels.model_stack as model_stack  # noqa: E402
+import lengen.kernels.rotary as rotary  # noqa: E402
 import lengen.che.group_step as group_step_module  # noqa: E402
 from lengen.formatting import format_table  # noqa: E402
 from lengen.models import ModelConfig  # noqa: E402
@@ -185,6 +186,10 @@ def main(argv=None) -> int:
     p.add_argument("--sdpa", choices=["fused", "math"], default="fused",
                    help="fused: CUDA's memory-efficient kernel (its inputs and outputs); math: SDPA's math "
                    "path (its scaling, score products and copies, the scores apart), the count before 2026-12-02")
+    p.add_argument("--rotary", choices=["fused", "eager"], default="fused",
+                   help="fused: RoPE's rotation as CUDA runs it (lengen.kernels.rotary's one-pass Triton kernel, "
+                   "one operator); eager: its four elementwise passes per tensor (the CPU's, the count before "
+                   "2026-12-02's rotary kernel)")
     p.add_argument("--json", metavar="FILE", help="append this count (and the CPU rate) as one JSON line to FILE "
                    "(the data of docs/engineering/performance.md's `traffic` block)")
     p.add_argument("--label", default="", help="what the count is of (a change), for --json")
@@ -203,6 +208,8 @@ def main(argv=None) -> int:
     if args.sdpa == "fused":
         model_stack.sdpa = fused_sdpa
     group_step_module.stack_length_multiple = lambda device: 8
+    if args.rotary == "fused":  # RoPE's rotation as CUDA runs it: one Triton pass per tensor
+        rotary.fused = lambda device: True
     parts = [build_run(c) for c in cfgs]
     device = torch.device("meta")
     stack = ModelStack([part.model for part in parts], cfgs, [torch.Generator().manual_seed(c.seed) for c in cfgs],
@@ -249,7 +256,7 @@ def main(argv=None) -> int:
         record = {"label": args.label, "task": args.task, "encoding": args.encoding, "layers": args.layers,
                   "d_model": args.d_model, "batch_size": args.batch_size, "train_length": args.train_length,
                   "precision": args.precision, "models": args.models, "buckets": args.buckets, "steps": args.steps,
-                  "sdpa": args.sdpa, "torch": torch.__version__, "bandwidth_tb_s": args.bandwidth,
+                  "sdpa": args.sdpa, "rotary": args.rotary, "torch": torch.__version__, "bandwidth_tb_s": args.bandwidth,
                   "gb_per_model_step": total / n / 1e9, "gb_read": sum(traffic.read.values()) / n / 1e9,
                   "gb_written": sum(traffic.written.values()) / n / 1e9,
                   "operators_mb": {name: [traffic.calls[name], traffic.read[name] / n / 1e6,

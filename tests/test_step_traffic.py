@@ -55,3 +55,20 @@ def test_bytes_read_and_written_per_operator_by_hand():
         scores.softmax(-1)
         square.sigmoid()
     assert off.written == {"_softmax": 2 * 50 * 50 * F32, "sigmoid": 4 * 50 * 50 * F32} and off.scores == 0
+
+
+def test_the_fused_rotation_is_one_pass():
+    """lengen.kernels.rotary's custom operator (RoPE's rotation as CUDA runs it) is counted as one
+    operator: x and the tables read once (a table broadcast over batch and heads at its storage's
+    size), the output written once. x [2, 3, 5, 8] float32 is 960 bytes; each table is a
+    [1, 1, 5, 4] float32 storage (80 bytes) expanded to [2, 3, 5, 4] (480 bytes of elements)."""
+    import lengen.kernels.rotary  # noqa: F401  (registers lengen::rotate_halves)
+
+    x = torch.empty(2, 5, 3, 8, device="meta").transpose(1, 2)
+    c, s = (torch.empty(1, 1, 5, 4, device="meta").expand(2, 3, 5, 4) for _ in range(2))
+    traffic = Traffic(scores=False)
+    with traffic:
+        torch.ops.lengen.rotate_halves(x, c, s, 1.0)
+    assert dict(traffic.calls) == {"lengen.rotate_halves": 1}
+    assert traffic.read["lengen.rotate_halves"] == 960 + 80 + 80
+    assert traffic.written["lengen.rotate_halves"] == 960

@@ -17,6 +17,7 @@ import torch
 
 from lengen.encodings.base import PositionalEncoding
 from lengen.errors import LengenError
+from lengen.kernels import rotary
 from lengen.kernels.model_stack import as_stack
 
 
@@ -76,25 +77,17 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class _RotatePair(torch.autograd.Function):
-    """apply_rotary on q and k with a hand-written backward (the rotation by -angle), in four
-    elementwise passes per tensor each way instead of autograd's chunk/neg/cat/mul/add graph:
+    """apply_rotary on q and k with a hand-written backward (the rotation by -angle), one pass per
+    tensor each way on CUDA (four on the CPU) instead of autograd's chunk/neg/cat/mul/add graph:
     the training hot path of RoPE models, where these tensors are small and overhead dominates.
     Under vmap (a group of models) its rule rotates the whole stack at once with the same
     Function: the plain-op graph moved ~2x the bytes (benchmarks/step_traffic.py)."""
 
     @staticmethod
     def _rotate(x, c, s, sign):
-        # [x1, x2] -> [x1 c - sign x2 s, x2 c + sign x1 s]   (sign -1: the inverse rotation)
-        h = x.shape[-1] // 2
-        if x.dim() == 4:  # [B, H, T, d] stored as [B, T, H, d], the layout of the fused projection
-            B, H, T, d = x.shape
-            out = torch.empty(B, T, H, d, dtype=x.dtype, device=x.device).transpose(1, 2)
-        else:
-            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
-        torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-sign)
-        torch.mul(x2, c, out=o2).addcmul_(x1, s, value=sign)
-        return out
+        # [x1, x2] -> [x1 c - sign x2 s, x2 c + sign x1 s]   (sign -1: the inverse rotation);
+        # one pass over memory on CUDA (lengen.kernels.rotary)
+        return rotary.rotate(x, c, s, sign)
 
     @staticmethod
     def forward(q, k, cq, sq, ck, sk):
