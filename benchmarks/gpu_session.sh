@@ -57,11 +57,11 @@ many)
 once)  # limits add up to 450 s: run with timeout_s 480 (a start took 30-60 s on 2026-11-27/28)
     # issue 54: the Triton remapping kernel compiled and checked against its references, then timed
     # against SDPA (all lengths, no flex: flex compiles take > 80 s a method) and against flex at 16k;
-    # the group of 512 in fp32 and bf16 (0.70 GB / model-step counted for bf16 on the meta device)
+    # the group of 512 in fp32 and bf16 (0.65 GB / model-step counted for bf16 on the meta device, RoPE rotated by the one-pass kernel)
     # -v: the names as they finish (on 2026-11-28 the run hung after its last test, before the summary)
     step tests 110 $PY -m pytest -v -p no:cacheprovider -n 8 --dist load -W default::FutureWarning tests/test_flex_remap.py tests/test_devices.py \
         tests/test_group_training.py tests/test_kernels.py tests/test_hf_banded.py tests/test_triton_remap.py tests/test_triton_rotary.py tests/test_group_bf16.py \
-        -k "cuda or flex or devices or multiple or folded or vmap or triton_remap or group_bf16"
+        -k "cuda or flex or devices or multiple or folded or vmap or triton_remap or triton_rotary or group_bf16"
     step remap_kernel 130 $PY benchmarks/remap_kernel_speed.py --no-flex --lengths 16384,65536,131072 --repeats 3 \
         --configs 128x64x8,64x64x4
     step remap_kernel_flex_16384 110 $PY benchmarks/remap_kernel_speed.py --lengths 16384 --repeats 3 \
