@@ -20,9 +20,10 @@ its own pass over memory: what torch runs eagerly, no fusion assumed.
 What it shows (docs/engineering/performance.md): on 2026-11-28 the eager step of a group of 512
 moved 1.55 GB per model-step outside the scores by that day's count (so at an H100's 3.35 TB/s
 at most ~2,170 model-steps/s; 580 were measured), and 5,000 allows 0.67 GB. On 2026-12-02, by the
-count above, 1.36 GB in fp32 and 0.70 GB with bf16 activations after issue 54's changes (the
-models folded into SDPA's batch, bf16 activations, layer norm's vmap rule, fused Adam, ...): what
-is left is the matrix products' own inputs and outputs and elementwise passes only fusion removes.
+count above, 1.26 GB in fp32 and 0.65 GB with bf16 activations after issue 54's changes (the
+models folded into SDPA's batch, bf16 activations, layer norm's vmap rule, fused Adam, RoPE's
+rotation in one Triton pass, ...): what is left is the matrix products' own inputs and outputs and
+elementwise passes only fusion removes.
 """
 
 from __future__ import annotations
