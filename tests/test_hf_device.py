@@ -57,6 +57,25 @@ def test_device_cpu_equals_the_default_and_bf16_is_close(model_dir, tmp_path, no
     assert meta["device"] == "cpu" and meta["precision"] == "bf16" and meta["settings"]["precision"] == "bf16"
 
 
+def test_bf16_runs_every_remapping_kernel_close_to_fp32(model_dir, tmp_path, no_gpu):
+    """Under autocast the projections are bf16 but transformers' float32 rotary tables leave q and k
+    float32: the methods' own attention (the fused CPU kernel with its log-sum-exp) took them
+    mixed with a bf16 v and failed. Every remapping family, DPE's calibrated one included."""
+    methods = ["self_extend:group=4,window=16", "rerope:window=16", "dca:chunk_size=32,local_size=8", "string",
+               "dpe:scales=2-4,window=16"]
+
+    def run(out, *extra):
+        argv = args(model_dir, out, *extra)
+        i = argv.index("--methods")
+        argv[i + 1:i + 3] = methods
+        assert main(argv) == 0
+        return ppl(out)
+
+    fp32, bf16 = run(tmp_path / "fp32"), run(tmp_path / "bf16", "--precision", "bf16")
+    assert len(fp32) == 2 * len(methods)
+    assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.02)
+
+
 def test_rows_of_another_precision_are_not_reused(model_dir, tmp_path, capsys, no_gpu):
     out = tmp_path / "out"
     assert main(args(model_dir, out)) == 0

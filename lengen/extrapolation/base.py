@@ -56,6 +56,19 @@ class RopeSpec:
 ROPE_OVERRIDES = ("rotary_dim", "base", "train_length")
 
 
+def attention_dtype(q, k, v):
+    """q, k, v in one dtype, as SDPA takes them: autocast's where it is on (a bf16 run's
+    projections are bf16, while transformers' float32 rotary tables, even the identity ones a
+    remapping method installs, leave q and k float32), else the inputs' promoted dtype. The
+    methods' own kernels (the fused CPU attention, flex, Triton) are not autocast and need one."""
+    device = q.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+    else:
+        dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
 class ExtrapolationMethod:
     """Plain RoPE; subclasses override one hook each (see the module docstring)."""
 
@@ -159,6 +172,7 @@ class ExtrapolationMethod:
         scale defaults to 1/sqrt(d); seq_len (for length-dependent frequencies) to max(pos)+1."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         seq_len = seq_len or sequence_length(pos_q, pos_k)
+        q, k, v = attention_dtype(q, k, v)
         if not self.remaps:
             q, k = self.rotate_qk(q, k, pos_q, pos_k, seq_len)
             return causal_attention(q, k, v, pos_q, pos_k, scale)
