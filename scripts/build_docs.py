@@ -63,6 +63,7 @@ from lengen.protocols.report import pivot_table, plot_results  # noqa: E402
 from lengen.reports import che_aggregate as agg  # noqa: E402
 from lengen.reports import che  # noqa: E402
 from lengen.reports import published as pub  # noqa: E402
+from lengen.reports import stats  # noqa: E402
 from lengen.reports.build import build_report  # noqa: E402
 from lengen.reports.che_compare import compare_variants, comparison_markdown, versus, versus_markdown  # noqa: E402
 from lengen.reports.lm_compare import lm_versus_text  # noqa: E402
@@ -245,6 +246,66 @@ class Blocks:
                 f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {scored_sequences} sequence evaluations, "
                 f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; "
                 f"{versions(env)}\n")
+
+    def hftune_versus(self, name: str, *others: str) -> str:
+        """`hftune_versus NAME OTHER...`: one committed search (NAME, e.g. DPE's) against others
+        on the same model, length, segment and slices (their token digests must agree): each
+        method's best finished setting on the tune slice, then every setting scored on the
+        evaluation slice, each as its perplexity and its paired difference in mean NLL per
+        sequence from NAME's (its best, then its chosen setting), with a 95% t interval over the
+        n sequences (n = 2 gives a wide one), and each search's cost."""
+        folder = self.data / "hftune"
+        searches = {n: (io.read_json(folder / n / "tune.json"), io.read_json(folder / n / "tune_cache.json"))
+                    for n in (name, *others)}
+        first = searches[name][0]["meta"]
+        for n, (out, _) in searches.items():
+            differs = [k for k in ("gguf_file", "length", "segment", "tune_tokens", "eval_tokens", "train_length",
+                                   "dtype") if out["meta"].get(k) != first.get(k)]
+            if differs:
+                raise ValueError(f"hftune_versus: {n} differs from {name} in {', '.join(differs)}")
+
+        def nats(nll):
+            return f"{math.exp(sum(nll) / len(nll)):.3f}"
+
+        def versus_cell(nll, base):
+            if nll is base:
+                return "(the reference)"
+            d = stats.paired(dict(enumerate(nll)), dict(enumerate(base))).difference
+            return f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}] (n={d.n})" if d.n >= 2 else f"{d.mean:+.4f} (n={d.n})"
+
+        # the tune slice: each method's best setting scored on every sequence
+        bests = {}
+        for n, (out, cache) in searches.items():
+            done = [r for r in out["ranking"] if r["status"] == "done"]
+            for r in done:
+                method = r["spec"].split(":")[0].split("+")[0]
+                if method not in bests or r["tune_ppl"] < bests[method][1]["tune_ppl"]:
+                    bests[method] = (n, r, cache["tune"][r["spec"]]["nll"])
+        reference = bests[searches[name][0]["meta"]["methods"][0]][2]
+        tune_rows = [[method, f"`{r['spec']}`", n, nats(nll), versus_cell(nll, reference)]
+                     for method, (n, r, nll) in sorted(bests.items(), key=lambda kv: kv[1][1]["tune_ppl"])]
+        # the evaluation slice: every setting either search scored there
+        scored = {}
+        for n, (out, cache) in searches.items():
+            for e in out["evaluation"]:
+                scored.setdefault(e["spec"], (n, e["role"], cache["eval"][first["eval_tokens"]][e["spec"]]))
+        chosen = searches[name][0]["chosen"]
+        base = scored[chosen][2]
+        eval_rows = [[f"`{spec}`", f"{n} ({role})", nats(nll), versus_cell(nll, base)]
+                     for spec, (n, role, nll) in sorted(scored.items(), key=lambda kv: sum(kv[1][2]))]
+        cost = "; ".join(f"{n}: {sum(r['sequences'] for r in out['ranking'] if r['status'] != 'not run')} "
+                         f"sequence evaluations, {out['meta']['search_seconds'] / 60:.1f} minutes of search"
+                         for n, (out, _) in searches.items())
+        return ("On the tune slice (each method's best finished setting; the difference is its mean NLL "
+                "per sequence minus the reference's, lower is better):\n\n"
+                + markdown_rows(["method", "best setting", "search", "tune ppl", "minus the reference, nats"],
+                                tune_rows)
+                + "\nOn the evaluation slice (the searches' chosen, default and plain RoPE settings):\n\n"
+                + markdown_rows(["setting", "search (role)", "ppl", f"minus `{chosen}`, nats"], eval_rows)
+                + f"\n{first['gguf_file']} at {first['length']:,} tokens, last {first['segment']:,} tokens of "
+                f"{count_noun(len(first['tune_slice']), 'tune sequence')} and "
+                f"{count_noun(len(first['eval_slice']), 'evaluation sequence')}; 95% t intervals over sequences. "
+                f"Cost: {cost}.\n")
 
     def inspect(self, run: str) -> str:
         """`inspect RUN`: the committed `lengen inspect` example (docs/data/inspect/RUN: the run's

@@ -2,6 +2,7 @@
 committed results in docs/data/ give, and the check notices a changed score or a changed number."""
 
 import json
+import math
 import re
 import shlex
 import shutil
@@ -258,6 +259,68 @@ def test_the_docs_have_a_generated_block_for_every_committed_hf_tune():
     for folder in tunes:
         assert (f"<!-- generated: hftune {folder.name} -->" in pages
                 or f"<!-- generated: hftune {folder.name} evaluation -->" in pages), folder.name
+
+
+def test_an_hftune_versus_block_pairs_two_searches_by_sequence(copy):
+    """`hftune_versus A B`: hand-made records of two searches on the same slices, and the block
+    written out by hand. Tune slice: A's dpe NLLs (1.0, 2.0), B's self_extend (1.1, 2.3): differences
+    +0.1, +0.3, mean +0.2, sd 0.1414, t(0.975, 1) = 12.706, half-width 12.706 x 0.1414 / sqrt 2 =
+    1.2706. Evaluation: A's chosen (0.5, 0.7); B's chosen (0.6, 0.9): +0.15, half 12.706 x 0.05 =
+    0.6353; B's rope (5.0, 6.0): +4.9, half 12.7062 x 0.4 = 5.0825. ppl = exp(mean NLL)."""
+    meta = {"model_path": "/x/m", "gguf_file": "m.gguf", "length": 16384, "train_length": 8192, "segment": 1024,
+            "tune_slice": [{}, {}], "eval_slice": [{}, {}], "tune_tokens": "t1", "eval_tokens": "e1",
+            "dtype": "float32", "search_seconds": 600.0}
+
+    def record(name, methods, ranking, evaluation, tune, evals, chosen):
+        folder = copy / "data" / "hftune" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "tune.json").write_text(json.dumps(
+            {"meta": meta | {"methods": methods}, "ranking": ranking, "evaluation": evaluation, "chosen": chosen}))
+        (folder / "tune_cache.json").write_text(json.dumps({"tune": tune, "eval": {"e1": evals}}))
+
+    def write_b(b_eval=(0.6, 0.9)):
+        record("b", ["self_extend"],
+               [{"rank": 1, "spec": "self_extend:group=4", "tune_ppl": math.exp(1.7), "sequences": 2,
+                 "status": "done"}],
+               [{"role": "chosen", "spec": "self_extend:group=4"}, {"role": "rope", "spec": "rope"}],
+               {"self_extend:group=4": {"nll": [1.1, 2.3]}},
+               {"self_extend:group=4": list(b_eval), "rope": [5.0, 6.0]}, "self_extend:group=4")
+
+    record("a", ["dpe"],
+           [{"rank": 1, "spec": "dpe:scales=2-4", "tune_ppl": math.exp(1.5), "sequences": 2, "status": "done"},
+            {"rank": None, "spec": "dpe:scales=4-4", "tune_ppl": None, "sequences": 0, "status": "not run"}],
+           [{"role": "chosen", "spec": "dpe:scales=2-4"}],
+           {"dpe:scales=2-4": {"nll": [1.0, 2.0]}}, {"dpe:scales=2-4": [0.5, 0.7]}, "dpe:scales=2-4")
+    write_b()
+    expected = ("On the tune slice (each method's best finished setting; the difference is its mean NLL per "
+                "sequence minus the reference's, lower is better):\n\n"
+                "| method | best setting | search | tune ppl | minus the reference, nats |\n"
+                "|---|---|---|---|---|\n"
+                "| dpe | `dpe:scales=2-4` | a | 4.482 | (the reference) |\n"
+                "| self_extend | `self_extend:group=4` | b | 5.474 | +0.2000 [-1.0706, +1.4706] (n=2) |\n"
+                "\nOn the evaluation slice (the searches' chosen, default and plain RoPE settings):\n\n"
+                "| setting | search (role) | ppl | minus `dpe:scales=2-4`, nats |\n"
+                "|---|---|---|---|\n"
+                "| `dpe:scales=2-4` | a (chosen) | 1.822 | (the reference) |\n"
+                "| `self_extend:group=4` | b (chosen) | 2.117 | +0.1500 [-0.4853, +0.7853] (n=2) |\n"
+                "| `rope` | b (rope) | 244.692 | +4.9000 [-0.1825, +9.9825] (n=2) |\n"
+                "\nm.gguf at 16,384 tokens, last 1,024 tokens of 2 tune sequences and 2 evaluation sequences; "
+                "95% t intervals over sequences. Cost: a: 2 sequence evaluations, 10.0 minutes of search; b: 2 "
+                "sequence evaluations, 10.0 minutes of search.\n")
+    assert_block_follows_data(copy, "huggingface.md", "hftune_versus a b", expected, lambda: write_b((0.6, 1.0)))
+
+
+def test_an_hftune_versus_block_refuses_searches_on_other_slices(copy):
+    """Two searches whose evaluation tokens differ are not paired: the check names the block."""
+    for name, tokens in (("a", "e1"), ("b", "e2")):
+        folder = copy / "data" / "hftune" / name
+        folder.mkdir(parents=True)
+        (folder / "tune.json").write_text(json.dumps({"meta": {"eval_tokens": tokens, "methods": ["dpe"]},
+                                                      "ranking": [], "evaluation": []}))
+        (folder / "tune_cache.json").write_text("{}")
+    add_block(copy / "huggingface.md", "hftune_versus a b", "x\n")
+    done = check(copy, copy / "data", only="a")
+    assert done.returncode != 0 and "b differs from a in eval_tokens" in done.stdout + done.stderr
 
 
 def test_an_hftune_block_is_the_search_s_scored_settings_and_the_evaluation(copy):
