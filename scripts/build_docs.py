@@ -260,7 +260,7 @@ class Blocks:
         first = searches[name][0]["meta"]
         for n, (out, _) in searches.items():
             differs = [k for k in ("gguf_file", "length", "segment", "tune_tokens", "eval_tokens", "train_length",
-                                   "dtype") if out["meta"].get(k) != first.get(k)]
+                                   "dtype", "precision") if out["meta"].get(k) != first.get(k)]
             if differs:
                 raise ValueError(f"hftune_versus: {n} differs from {name} in {', '.join(differs)}")
 
