@@ -391,9 +391,19 @@ def test_methods_dpe_sweeps_one_group_at_a_time_and_reports_the_assembled_vector
 
 @pytest.mark.skipif("dpe" not in METHODS,
                     reason="the dpe method is not in lengen.extrapolation.METHODS on this branch")
-def test_methods_dpe_on_the_tiny_model_reports_last_segment_perplexity(model_dir, tmp_path):
+def test_methods_dpe_on_the_tiny_model_reports_last_segment_perplexity(model_dir, tmp_path, monkeypatch):
+    """Also: every calibration (the search's and the evaluation slice's) reads with the run's
+    tokenizer, not the model folder's, which a GGUF model's folder may not have (SmolLM2's did not:
+    the evaluation slice then ended the run)."""
+    import lengen.hf.calibration as calibration
+
+    def no_folder_tokenizer(model, who):
+        raise AssertionError("calibrated with the model folder's tokenizer")
+
+    monkeypatch.setattr(calibration, "_folder_tokenizer", no_folder_tokenizer)
     out = tmp_path / "out"
     assert main(tune_args(model_dir, out, "--methods", "dpe", "--no-refine")) == 0
+    monkeypatch.undo()
     result = json.loads((out / "tune.json").read_text())
     b = ids_of(TEXTS["b.txt"])
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()

@@ -131,7 +131,8 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
                           f"(the {cache_path} keeps what was scored)")
     default = spaces_for([chosen.setting.method], L0, settings.length, False)[0].defaults()[0]
     report = _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, slices["eval_tokens"],
-                       {"chosen": chosen.spec, "rope": "rope", "default": default.spec}, save, progress)
+                       {"chosen": chosen.spec, "rope": "rope", "default": default.spec}, save, progress,
+                       tokenizer)
     if settings.passkey:   # other prompts than the ones the choice was made on
         for row in report:
             row["eval_passkey"] = _passkey_cached(get_model, tokenizer, row["spec"], settings, L0, device,
@@ -192,10 +193,10 @@ def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0:
 
 
 def _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, digest, specs: dict, save,
-              progress: bool) -> list[dict]:
+              progress: bool, tokenizer) -> list[dict]:
     """Each spec's last-segment perplexity on the evaluation slice (cached per slice digest)."""
     scores = cache["eval"].setdefault(digest, {})
-    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device)
+    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device, tokenizer)
     todo = sum(len(eval_slice) - len(scores.get(s, [])) for s in dict.fromkeys(specs.values()))
     bar = progress_bar(todo, "hf tune: evaluation slice", disable=not progress or not todo, unit="seq")
     try:
