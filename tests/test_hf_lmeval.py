@@ -237,3 +237,17 @@ def test_lm_eval_s_own_command_line_runs_the_lengen_model_type(tiny, tmp_path):
         capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tiny_docs" in done.stdout and "bits_per_byte" in done.stdout
+
+
+def test_a_calibrated_method_reads_with_the_loaded_tokenizer(tiny, monkeypatch):
+    """DPE calibrates on text through the tokenizer the model was loaded with, not the model
+    folder's, which a GGUF model's folder may not have."""
+    import lengen.hf.calibration as calibration
+
+    def no_folder_tokenizer(model, who):
+        raise AssertionError("calibrated with the model folder's tokenizer")
+
+    monkeypatch.setattr(calibration, "_folder_tokenizer", no_folder_tokenizer)
+    model_dir, _ = tiny
+    lm = harness.LengenLM(str(model_dir), method="dpe:scales=2-4,window=16", max_length=MAX_LENGTH, device="cpu")
+    assert lm.lengen_method == "dpe:scales=2-4,window=16"

@@ -67,7 +67,8 @@ class LengenLM(HFLM):
                 raise LengenError("lengen lm-eval model: a loaded model needs its tokenizer (tokenizer=...)")
             model = pretrained
         if not is_plain(method):
-            extend(model, method, **({"train_length": train_length} if train_length else {}))
+            # a calibrated method (dpe, dope) reads with this tokenizer: a GGUF folder may have none
+            extend(model, method, calibration=tokenizer, **({"train_length": train_length} if train_length else {}))
         self.lengen_method = method
         # HFLM warns that arguments are ignored for a loaded model: those are the loader's here
         super().__init__(pretrained=model, tokenizer=tokenizer, max_length=max_length, **kwargs)
