@@ -201,3 +201,18 @@ def test_eval_device_and_precision(tmp_path, no_gpu):
     res = evaluate_lm(run, LMEvalConfig(methods=["rope"], lengths=[16], docs=2, device="cpu"), tmp_path / "api",
                       progress=False)
     assert res["rows"][0]["ppl"] == pytest.approx(float(default["ppl"][0]))
+
+
+def test_eval_bf16_with_remapping_methods(tmp_path, no_gpu):
+    """`lengen lm eval --precision bf16` with remapping methods (their own attention kernels, not
+    autocast's SDPA): it runs, and stays close to fp32. (The LM's own rotation keeps q, k in the
+    projections' dtype, so it did before lengen.hf's mixed-dtype fix too; this keeps it so.)"""
+    run = tmp_path / "run"
+    assert train(run, "--lr", "1e-2", steps=16) == 0
+    args = ["lm", "eval", str(run), "--methods", "self_extend:group=2,window=8,rerope:window=8,dca",
+            "--lengths", "16,32", "--docs", "2", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "fp32")]) == 0
+    assert main([*args, "--out", str(tmp_path / "bf16"), "--precision", "bf16"]) == 0
+    fp32, bf16 = (pd.read_csv(tmp_path / d / "results.csv") for d in ("fp32", "bf16"))
+    assert len(fp32) == len(bf16) == 6
+    assert (bf16["ppl"] - fp32["ppl"]).abs().max() < 0.05 * fp32["ppl"].max()
