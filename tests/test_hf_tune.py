@@ -13,7 +13,6 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 from lengen.cli import main  # noqa: E402
-from lengen.extrapolation import METHODS  # noqa: E402
 from lengen.hf import extend, restore  # noqa: E402
 
 from guards import ModelLoaded, no_model  # noqa: E402
@@ -389,8 +388,6 @@ def test_methods_dpe_sweeps_one_group_at_a_time_and_reports_the_assembled_vector
     assert result["call"] == 'lengen.hf.extend(model, "dpe:scales=16-1-4-4-2-4-4-8,window=8")'
 
 
-@pytest.mark.skipif("dpe" not in METHODS,
-                    reason="the dpe method is not in lengen.extrapolation.METHODS on this branch")
 def test_methods_dpe_on_the_tiny_model_reports_last_segment_perplexity(model_dir, tmp_path, monkeypatch):
     """Also: every calibration (the search's and the evaluation slice's) reads with the run's
     tokenizer, not the model folder's, which a GGUF model's folder may not have (SmolLM2's did not:
