@@ -232,7 +232,7 @@ class Blocks:
         table = markdown_rows(["rank", "setting", "tune ppl", "sequences", "status", "default"], rows)
         unreached = len(out["ranking"]) - len(scored)
         # over every run into the same --out (meta.new_evaluations counts the last run's alone)
-        scored_sequences = sum(r["sequences"] for r in scored)
+        sequences = scored_sequences(out)
         evaluation = markdown_rows(["on the evaluation slice", "setting", "ppl"],
                                    [[e["role"], e["spec"], f"{e['eval_ppl']:.3f}"] for e in out["evaluation"]])
         model = meta.get("gguf_file") or Path(meta["model_path"]).name
@@ -243,7 +243,7 @@ class Blocks:
         return (f"{search}{evaluation}\n"
                 f"{model} (trained to {meta['train_length']:,} tokens) tuned for {meta['length']:,} tokens: "
                 f"last {meta['segment']:,} tokens of {n} tune and {count_noun(len(meta['eval_slice']), 'evaluation sequence')} "
-                f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {scored_sequences} sequence evaluations, "
+                f"({evaluation_source(meta)}); budget {meta['budget']:g} min, {sequences} sequence evaluations, "
                 f"{meta['search_seconds'] / 60:.1f} minutes of search; {meta['dtype']}, {device}; "
                 f"{versions(env)}\n")
 
@@ -264,7 +264,7 @@ class Blocks:
             if differs:
                 raise ValueError(f"hftune_versus: {n} differs from {name} in {', '.join(differs)}")
 
-        def nats(nll):
+        def ppl(nll):
             return f"{math.exp(sum(nll) / len(nll)):.3f}"
 
         def versus_cell(nll, base):
@@ -276,13 +276,11 @@ class Blocks:
         # the tune slice: each method's best setting scored on every sequence
         bests = {}
         for n, (out, cache) in searches.items():
-            done = [r for r in out["ranking"] if r["status"] == "done"]
-            for r in done:
-                method = r["spec"].split(":")[0].split("+")[0]
-                if method not in bests or r["tune_ppl"] < bests[method][1]["tune_ppl"]:
-                    bests[method] = (n, r, cache["tune"][r["spec"]]["nll"])
+            for r in (r for r in out["ranking"] if r["status"] == "done"):
+                if r["method"] not in bests or r["tune_ppl"] < bests[r["method"]][1]["tune_ppl"]:
+                    bests[r["method"]] = (n, r, cache["tune"][r["spec"]]["nll"])
         reference = bests[searches[name][0]["meta"]["methods"][0]][2]
-        tune_rows = [[method, f"`{r['spec']}`", n, nats(nll), versus_cell(nll, reference)]
+        tune_rows = [[method, f"`{r['spec']}`", n, ppl(nll), versus_cell(nll, reference)]
                      for method, (n, r, nll) in sorted(bests.items(), key=lambda kv: kv[1][1]["tune_ppl"])]
         # the evaluation slice: every setting either search scored there
         scored = {}
@@ -291,9 +289,9 @@ class Blocks:
                 scored.setdefault(e["spec"], (n, e["role"], cache["eval"][first["eval_tokens"]][e["spec"]]))
         chosen = searches[name][0]["chosen"]
         base = scored[chosen][2]
-        eval_rows = [[f"`{spec}`", f"{n} ({role})", nats(nll), versus_cell(nll, base)]
+        eval_rows = [[f"`{spec}`", f"{n} ({role})", ppl(nll), versus_cell(nll, base)]
                      for spec, (n, role, nll) in sorted(scored.items(), key=lambda kv: sum(kv[1][2]))]
-        cost = "; ".join(f"{n}: {sum(r['sequences'] for r in out['ranking'] if r['status'] != 'not run')} "
+        cost = "; ".join(f"{n}: {scored_sequences(out)} "
                          f"sequence evaluations, {out['meta']['search_seconds'] / 60:.1f} minutes of search"
                          for n, (out, _) in searches.items())
         return ("On the tune slice (each method's best finished setting; the difference is its mean NLL "
@@ -436,6 +434,11 @@ class Blocks:
     def render(self, args: str) -> str:
         kind, *rest = shlex.split(args)  # a variant label with spaces is quoted
         return getattr(self, kind)(*rest)
+
+
+def scored_sequences(tune: dict) -> int:
+    """A committed `lengen hf tune` record's sequence evaluations, over every run into its --out."""
+    return sum(r["sequences"] for r in tune["ranking"] if r["status"] != "not run")
 
 
 def versions(env: dict) -> str:

@@ -280,15 +280,17 @@ def test_an_hftune_versus_block_pairs_two_searches_by_sequence(copy):
 
     def write_b(b_eval=(0.6, 0.9)):
         record("b", ["self_extend"],
-               [{"rank": 1, "spec": "self_extend:group=4", "tune_ppl": math.exp(1.7), "sequences": 2,
-                 "status": "done"}],
+               [{"rank": 1, "spec": "self_extend:group=4", "method": "self_extend", "tune_ppl": math.exp(1.7),
+                 "sequences": 2, "status": "done"}],
                [{"role": "chosen", "spec": "self_extend:group=4"}, {"role": "rope", "spec": "rope"}],
                {"self_extend:group=4": {"nll": [1.1, 2.3]}},
                {"self_extend:group=4": list(b_eval), "rope": [5.0, 6.0]}, "self_extend:group=4")
 
     record("a", ["dpe"],
-           [{"rank": 1, "spec": "dpe:scales=2-4", "tune_ppl": math.exp(1.5), "sequences": 2, "status": "done"},
-            {"rank": None, "spec": "dpe:scales=4-4", "tune_ppl": None, "sequences": 0, "status": "not run"}],
+           [{"rank": 1, "spec": "dpe:scales=2-4", "method": "dpe", "tune_ppl": math.exp(1.5), "sequences": 2,
+             "status": "done"},
+            {"rank": None, "spec": "dpe:scales=4-4", "method": "dpe", "tune_ppl": None, "sequences": 0,
+             "status": "not run"}],
            [{"role": "chosen", "spec": "dpe:scales=2-4"}],
            {"dpe:scales=2-4": {"nll": [1.0, 2.0]}}, {"dpe:scales=2-4": [0.5, 0.7]}, "dpe:scales=2-4")
     write_b()

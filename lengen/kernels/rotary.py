@@ -15,10 +15,9 @@ the CPU the eager passes run as before, without the operator's dispatch cost.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 import torch
+
+from lengen.kernels.flex_remap import triton_available
 
 
 def rotated_like(x: torch.Tensor) -> torch.Tensor:
@@ -52,12 +51,6 @@ def _rotate_halves(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: floa
 def _(x, c, s, sign):
     # also the meta device's kernel: the same layout as the real output
     return rotated_like(x)
-
-
-@functools.lru_cache(maxsize=1)
-def triton_available() -> bool:
-    """True when the triton package is installed (looked up once, not imported)."""
-    return importlib.util.find_spec("triton") is not None
 
 
 def fused(device: torch.device) -> bool:
