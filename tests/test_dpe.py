@@ -257,6 +257,34 @@ def test_extend_without_text_or_folder_is_refused(tiny):
     extend(tiny, "dpe:scales=2-4,window=8,topk=8")     # every pair: no calibration
 
 
+def test_calibration_text_of_one_long_document_is_its_consecutive_pieces(tmp_path, monkeypatch):
+    """One book as the text (hf tune --text book.txt): the calibration sequences are its first
+    pieces in order, [BOS] + tokens [0, n), [n, 2n), ..., where n = length - 1; a text too short
+    for count pieces is one line naming it."""
+    transformers = pytest.importorskip("transformers")
+    from tiny_llama import save_tiny_llama
+
+    from lengen.errors import LengenError
+    from lengen.hf.calibration import CalibrationText, _token_ids
+
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))
+    root = save_tiny_llama(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(root / "model").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root / "model")
+    book = tmp_path / "book.txt"
+    book.write_text("".join(f"chapter {i}: the {i % 9} lamps were lit at {i * 7} past\n" for i in range(60)))
+    tokens = tokenizer(book.read_text(), add_special_tokens=False)["input_ids"]
+    bos = [tokenizer.bos_token_id] if tokenizer("a")["input_ids"][0] == tokenizer.bos_token_id else []
+    n = 24 - len(bos)
+    assert len(tokens) >= 4 * n
+    got = _token_ids(model, CalibrationText(tokenizer, str(book)), 24, 4, "dpe")
+    assert got.tolist() == [bos + tokens[i * n:(i + 1) * n] for i in range(4)]
+    exact = len(tokens) // n   # pieces that fit: equal to the count asked for, then one more
+    assert _token_ids(model, CalibrationText(tokenizer, str(book)), 24, exact, "dpe").shape == (exact, 24)
+    with pytest.raises(LengenError, match=f"book.txt gives {exact} sequences of 24 tokens, {exact + 1} needed"):
+        _token_ids(model, CalibrationText(tokenizer, str(book)), 24, exact + 1, "dpe")
+
+
 # ---- lengen.hf: decoding with the cache, families ----------------------------------------------
 
 def test_tiny_llama_decode_after_prefill_equals_full_forwards(tmp_path, monkeypatch):

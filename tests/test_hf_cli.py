@@ -410,3 +410,23 @@ def test_attn_banded_loads_lengen_banded_and_scores_as_sdpa(model_dir, tmp_path,
         assert json.loads((out / "results.json").read_text())["meta"]["attn"] == attn
     assert loaded == ["sdpa", "lengen_banded"]
     assert rows["banded"] == pytest.approx(rows["sdpa"], rel=1e-6)
+
+
+def test_calibrated_methods_read_the_runs_corpus(model_dir, tmp_path, monkeypatch):
+    """dpe and dope calibrate on --corpus (the text the run scores), not on the running Python's
+    standard library: a GPU machine's Python differs from the one the CPU records read."""
+    import lengen.hf.calibration as calibration
+
+    read = []
+    load_documents = calibration.load_documents
+
+    def documents(source, *args, **kwargs):
+        read.append(source)
+        return load_documents(source, *args, **kwargs)
+
+    monkeypatch.setattr(calibration, "load_documents", documents)
+    corpus = str(model_dir / "corpus")
+    assert main(["hf", "eval", str(model_dir / "model"), "--corpus", corpus, "--methods",
+                 "dpe:scales=2-2-4-4,window=16,topk=5", "dope:factor=2,count=2", "--lengths", "96",
+                 "--docs", "1", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert read == [corpus, corpus]   # one calibration each, both on the run's corpus

@@ -391,16 +391,27 @@ def test_methods_dpe_sweeps_one_group_at_a_time_and_reports_the_assembled_vector
 def test_methods_dpe_on_the_tiny_model_reports_last_segment_perplexity(model_dir, tmp_path, monkeypatch):
     """Also: every calibration (the search's and the evaluation slice's) reads with the run's
     tokenizer, not the model folder's, which a GGUF model's folder may not have (SmolLM2's did not:
-    the evaluation slice then ended the run)."""
+    the evaluation slice then ended the run), and reads the run's --text, not the running Python's
+    standard library (a GPU machine's differs from the one the CPU records read)."""
     import lengen.hf.calibration as calibration
 
     def no_folder_tokenizer(model, who):
         raise AssertionError("calibrated with the model folder's tokenizer")
 
+    read = []
+
+    def documents(source, *args, **kwargs):
+        read.append(source)
+        return load_documents(source, *args, **kwargs)
+
+    load_documents = calibration.load_documents
     monkeypatch.setattr(calibration, "_folder_tokenizer", no_folder_tokenizer)
+    monkeypatch.setattr(calibration, "load_documents", documents)
+    monkeypatch.setenv("LENGEN_CACHE", str(tmp_path / "cache"))   # calibrated here, not read from a cache
     out = tmp_path / "out"
     assert main(tune_args(model_dir, out, "--methods", "dpe", "--no-refine")) == 0
     monkeypatch.undo()
+    assert read and set(read) == {str(model_dir / "texts")}
     result = json.loads((out / "tune.json").read_text())
     b = ids_of(TEXTS["b.txt"])
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir / "model").eval()

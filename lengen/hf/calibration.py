@@ -50,16 +50,30 @@ Reducer = Callable[[int, torch.Tensor, torch.Tensor], None]
 Capture = Callable[..., None]   # lengen.hf.patch.capture_qk(model, ids, reducer, method="rope")
 
 
+@dataclass(frozen=True)
+class CalibrationText:
+    """The text a calibrated method reads: `source` (a file, folder or glob, as `--text` takes;
+    None: the standard library) tokenized by `tokenizer`. `lengen hf eval` and `hf tune` pass their
+    run's text, so a run on a carried corpus calibrates on it, not on the running Python's library."""
+    tokenizer: object
+    source: str | None = None
+
+
 def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None, length: int | None = None,
                     count: int = CALIBRATION_SEQUENCES, who: str = "dpe") -> torch.Tensor:
     """[count, length] token ids of `source` (None: the standard library) by `tokenizer` (None:
     the one in the model's folder), each beginning with the tokenizer's BOS where it adds one,
-    as `lengen hf eval` builds its sequences (lengen.data.long_sequences)."""
+    as `lengen hf eval` builds its sequences (lengen.data.long_sequences); where those are fewer
+    than `count` (a text of a few long documents), the long documents' next pieces in order."""
     tokenizer = tokenizer or _folder_tokenizer(model, who)
     length = int(length or min(model.config.max_position_embeddings, CALIBRATION_TOKENS))
     docs = load_documents(source, corpus_encoder(tokenizer))
     prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)
-    seqs = [np.concatenate([prefix, s]) for s in long_sequences(docs.docs, length - len(prefix), count, docs.eos)]
+    n = length - len(prefix)
+    pieces = long_sequences(docs.docs, n, count, docs.eos)
+    # a text of few long documents (one book): their further pieces, consecutive, not overlapping
+    pieces += [d[i:i + n].astype(np.int64) for d in docs.docs for i in range(n, len(d) - n + 1, n)]
+    seqs = [np.concatenate([prefix, s]) for s in pieces[:count]]
     if len(seqs) < count:
         raise LengenError(f"the calibration text {docs.source} gives {len(seqs)} sequences of {length} tokens, "
                           f"{count} needed")
@@ -79,7 +93,7 @@ def _folder_tokenizer(model: nn.Module, who: str):
         return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
         raise LengenError(f"{who}: calibrating {what} needs the tokenizer in {path}, which does not load "
-                          f"({str(e).splitlines()[0][:160]}): pass calibration= (token ids [N, T] or a tokenizer)") from None
+                          f"({str(e).splitlines()[0][:160]}): pass calibration= (token ids [N, T], a tokenizer or a CalibrationText)") from None
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -121,6 +135,8 @@ def _token_ids(model: nn.Module, calibration, length: int, count: int, who: str)
         if ids.dim() != 2 or ids.numel() == 0:
             raise LengenError(f"{who}: calibration token ids must be [sequences, tokens], got {tuple(ids.shape)}")
         return ids
+    if isinstance(calibration, CalibrationText):
+        return calibration_ids(model, calibration.tokenizer, calibration.source, length, count, who)
     return calibration_ids(model, calibration, length=length, count=count, who=who)
 
 
@@ -160,8 +176,8 @@ def dpe_key_pairs(model: nn.Module, dpe: Dpe, capture: Capture, calibration=None
                   use_cache: bool = True) -> dict[int, torch.Tensor]:
     """{layer index: [H, n_pairs] bool} of `dpe.topk` pairs per head, for DPE on `model`, scored
     by lengen.extrapolation.dpe.PairScores over `capture` (lengen.hf.patch.capture_qk).
-    `calibration`: token ids [N, T], a tokenizer (the standard library's text), or None (the
-    tokenizer in the model's folder); sequences of min(train_length, CALIBRATION_TOKENS) tokens.
+    `calibration`: token ids [N, T], a tokenizer (the standard library's text), a CalibrationText
+    (a tokenizer and a text), or None (the tokenizer in the model's folder); sequences of min(train_length, CALIBRATION_TOKENS) tokens.
     Cached (module docstring) unless use_cache is False."""
     ids = _token_ids(model, calibration, min(train_length or CALIBRATION_TOKENS, CALIBRATION_TOKENS),
                      CALIBRATION_SEQUENCES, "dpe")

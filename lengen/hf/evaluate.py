@@ -26,6 +26,7 @@ from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.extrapolation import is_plain
 from lengen.hf.arch import inspect_model
+from lengen.hf.calibration import CalibrationText
 from lengen.hf.identity import legacy_model, model_fingerprint
 from lengen.hf.loading import attention_hints, bos_prefix, load, load_reason, load_tokenizer
 from lengen.hf.patch import extend, restore
@@ -120,8 +121,9 @@ def run(settings: EvalSettings, progress: bool = True, previous: dict | None = N
     for method, length in todo:
         bar.set_description(f"{method} @ {length}")
         if not is_plain(method):
-            # calibrated methods (dpe, dope) read the standard library with the run's tokenizer
-            extend(model, method, train_length=train_length, calibration=tokenizer)
+            # calibrated methods (dpe, dope) read the run's corpus with the run's tokenizer
+            extend(model, method, train_length=train_length,
+                   calibration=CalibrationText(tokenizer, settings.corpus))
         try:
             t0 = time.time()
             answers: list[dict] = []   # passkey: each prompt's key and generated text

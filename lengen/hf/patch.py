@@ -167,8 +167,9 @@ def extend(model: nn.Module, method, **options) -> nn.Module:
     layers within it and NoPE layers stay the model's own (docs/huggingface.md).
     DPE with topk below every pair first calibrates its key pairs, DoPE its heads
     (lengen.hf.calibration): on
-    `calibration=` token ids [N, T] or a tokenizer, else the model folder's tokenizer, over the
-    standard library's text; cached (other methods ignore `calibration`).
+    `calibration=` token ids [N, T], a tokenizer (over the standard library's text) or a
+    lengen.hf.calibration.CalibrationText (a tokenizer and a text), else the model folder's
+    tokenizer over the standard library; cached (other methods ignore `calibration`).
     The config is not changed (save_pretrained saves the original model). Undo with restore()."""
     return _extend(model, method, dict(options))
 

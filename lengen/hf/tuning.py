@@ -26,6 +26,7 @@ from lengen.devices import precision_context, resolve_device
 from lengen.environment import run_environment
 from lengen.errors import LengenError
 from lengen.hf.arch import inspect_model
+from lengen.hf.calibration import CalibrationText
 from lengen.hf.identity import model_fingerprint
 from lengen.hf.loading import attention_hints, load, load_tokenizer
 from lengen.hf.patch import extend, restore
@@ -47,9 +48,9 @@ class ModelObjective:
     all cached never loads it."""
 
     def __init__(self, get_model, sequences: list[Piece], segment: int, train_length: int,
-                 precision: str, device: torch.device, tokenizer=None):
+                 precision: str, device: torch.device, calibration=None):
         self.get_model, self.sequences, self.segment = get_model, sequences, segment
-        self.tokenizer = tokenizer   # what a calibrated method (dpe, dope) reads the standard library with
+        self.calibration = calibration   # what a calibrated method (dpe, dope) reads: lengen.hf.patch.extend
         self.train_length, self.precision, self.device = train_length, precision, device
         self.nll = None
         self.current: str | None = None
@@ -59,7 +60,7 @@ class ModelObjective:
             return
         self.close()
         if spec != "rope":
-            extend(self.get_model(), spec, train_length=self.train_length, calibration=self.tokenizer)
+            extend(self.get_model(), spec, train_length=self.train_length, calibration=self.calibration)
         self.current = spec
 
     def __call__(self, setting: Setting | str, i: int) -> float:
@@ -110,7 +111,9 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
             loaded["model"] = m
         return loaded["model"]
 
-    objective = ModelObjective(get_model, tune_slice, segment, L0, settings.precision, device, tokenizer)
+    # calibrated methods (dpe, dope) read the tune text, never the evaluation slice's
+    calibration = CalibrationText(tokenizer, settings.text)
+    objective = ModelObjective(get_model, tune_slice, segment, L0, settings.precision, device, calibration)
     bar = progress_bar(0, "hf tune", disable=not progress, unit="seq")
     try:
         result = search(spaces_for(settings.methods, L0, settings.length, settings.logn), objective,
@@ -179,7 +182,7 @@ def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0:
         model = get_model()
         pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         if spec != "rope":
-            extend(model, spec, train_length=L0, calibration=tokenizer)
+            extend(model, spec, train_length=L0, calibration=CalibrationText(tokenizer, settings.text))
         try:
             with precision_context(settings.precision, device):
                 (point,) = passkey_accuracy(greedy_fn(model, pad), tokenizer.encode, tokenizer.decode,
@@ -196,7 +199,8 @@ def _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, diges
               progress: bool, tokenizer) -> list[dict]:
     """Each spec's last-segment perplexity on the evaluation slice (cached per slice digest)."""
     scores = cache["eval"].setdefault(digest, {})
-    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device, tokenizer)
+    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device,
+                               CalibrationText(tokenizer, settings.text))
     todo = sum(len(eval_slice) - len(scores.get(s, [])) for s in dict.fromkeys(specs.values()))
     bar = progress_bar(todo, "hf tune: evaluation slice", disable=not progress or not todo, unit="seq")
     try:
