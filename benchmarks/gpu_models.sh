@@ -173,7 +173,7 @@ collect)      # collect SECONDS: wait for the background steps (at most SECONDS)
     ;;
 smollm2)
     shift
-    known_steps smollm2 "lastseg passkey ruler tune" "$@"
+    known_steps smollm2 "lastseg passkey ruler tune tune-dpe" "$@"
     open_model smollm2 "$SMOL"
     for what in "$@"; do
         case "$what" in
@@ -199,6 +199,13 @@ smollm2)
                 cp "$RUNS/tune-$L/tune.json" "$RUNS/tune-$L-stdlib.json" 2>/dev/null
                 step tune-$L-docs ${DOCS_LIMIT:-120} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 --length $L \
                     --text "$CORPUS" --budget 2 --eval-text 'docs/*.md' --eval-docs 1 --out "$RUNS/tune-$L"
+            done ;;
+        tune-dpe) # issue 53: DPE's per-group search (docs/how-to/extend-a-hf-model.md), same corpus and
+                  # slices as tune; calibration reads --text, the carried 3.11 library, as on the CPU.
+                  # Never run on a GPU yet: whether DPE's attention compiles there is untested
+            for L in ${DPE_LENGTHS:-32k}; do
+                step tune-$L-dpe ${DPE_LIMIT:-400} $PY -m lengen hf tune "$M" "${G[@]}" --attn banded --segment 1024 \
+                    --length $L --text "$CORPUS" --methods dpe --no-refine --budget 750 --out "$RUNS/tune-$L-dpe"
             done ;;
         esac
     done
@@ -253,6 +260,6 @@ PYEOF
     ls -l "$OUT"
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | background STEPS | collect SECONDS | smollm2 lastseg|passkey|ruler|tune ... | gemma check|lastseg|passkey ... | mlm-h2" >&2
+    echo "usage: bash benchmarks/gpu_models.sh prepare | parts | background STEPS | collect SECONDS | smollm2 lastseg|passkey|ruler|tune|tune-dpe ... | gemma check|lastseg|passkey ... | mlm-h2" >&2
     exit 2 ;;
 esac
