@@ -218,6 +218,72 @@ def test_rows_without_keys_give_zero_and_minus_infinity():
     assert torch.equal(o, torch.zeros_like(o)) and bool((lse == -math.inf).all())
 
 
+# ---- DPE: a far position per head and frequency pair ------------------------------------------
+# test_dpe's reference, written pair by pair; 2 query heads, 1 key head, each head its own key pairs
+DPE_SPEC = "dpe:scales=2-3-4-5,window=6"   # 5 does not divide 6: the float shift W - W / s matters
+
+
+def dpe_layer(mask):
+    from test_dpe import ROPE as DPE_ROPE
+
+    method = build_method(DPE_SPEC, DPE_ROPE)
+    if mask is not None:
+        method.set_key_pairs({0: mask})
+    return method.for_layer(0)
+
+
+def dpe_kernel(method, q, k, v, pos_q, pos_k, **kw):
+    inv_freq, af = method.rope_params(0)
+    rule, scale = method.kernel_rule(pos_q, pos_k, af, q.shape[-1] ** -0.5)
+    o, lse = triton_remap.remap_attention(*(x.to(DEVICE) for x in (q, k, v, pos_q, pos_k)), inv_freq, rule, scale,
+                                          block_m=8, block_n=8, pair_groups=method.kernel_pair_groups(q.shape[1]),
+                                          **kw)
+    return o.cpu(), lse.cpu(), scale
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_dpe_per_pair_positions_equal_the_naive_reference(masked):
+    """Prefill over 30 positions in 8-tiles (near, far and straddling tiles), the second batch row
+    offset by 11 (floor(p / s) moves), then one decoded query against the cache split in 3."""
+    from test_dpe import MASK, naive_dpe
+
+    method = dpe_layer(MASK if masked else None)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, h, 30, 16, generator=g) for h in (2, 1, 1))
+    pos = torch.stack([torch.arange(30), torch.arange(30) + 11])
+    o, lse, scale = dpe_kernel(method, q, k, v, pos, pos, causal_prefix=True)
+    for b in range(2):
+        ref = naive_dpe(q[b].double(), k[b].double().expand(2, -1, -1), v[b].double().expand(2, -1, -1),
+                        pos[b], pos[b], 6, [2, 2, 3, 3, 4, 4, 5, 5], MASK if masked else None, scale)
+        close(o[b], ref)
+    o1, lse1, _ = dpe_kernel(method, q[:, :, -1:], k, v, pos[:, -1:], pos, splits=3)
+    torch.testing.assert_close(o1, o[:, :, -1:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse1, lse[:, :, -1:], atol=1e-5, rtol=1e-5)
+
+
+def test_dpe_pair_groups_of_equal_scales_and_every_pair_are_self_extend():
+    """Every pair a key pair, one scale: the per-pair path gives Self-Extend's kernel output."""
+    from test_dpe import ROPE as DPE_ROPE
+
+    q, k, v = qkv(B=1, H=2, Hkv=1, Tq=30, Tk=30)
+    pos = torch.arange(30)[None]
+    method = build_method("dpe:scales=3-3-3-3,window=6", DPE_ROPE)
+    o, lse, _ = dpe_kernel(method, q, k, v, pos, pos)
+    se, se_lse, _, _ = kernel("self_extend:group=3,window=6", q, k, v, pos, pos, rope=DPE_ROPE)
+    torch.testing.assert_close(o, se, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(lse, se_lse, atol=1e-6, rtol=1e-6)
+
+
+def test_dpe_pair_groups_of_the_wrong_shape_are_refused():
+    method = dpe_layer(None)
+    q, k, v = qkv(B=1, H=2, Hkv=1, Tq=8, Tk=8)
+    pos = torch.arange(8)[None]
+    inv_freq, _ = method.rope_params(0)
+    with pytest.raises(ValueError, match=r"pair_groups must be \[2, 8\]"):
+        triton_remap.remap_attention(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), pos, pos, inv_freq,
+                                     method.remap_rule(), 0.25, pair_groups=torch.ones(1, 8))
+
+
 # ---- through the methods: the path choice and whole models -----------------------------------
 @pytest.fixture
 def force_triton():
@@ -280,8 +346,9 @@ def test_tiny_llama_logits_with_the_kernel_forced_equal_blockwise(force_triton):
     model = transformers.LlamaForCausalLM(config).eval().to(DEVICE)
     ids = torch.randint(0, 100, (1, 48), generator=torch.Generator().manual_seed(1)).to(DEVICE)
     flex = flex_remap.mode()
-    for spec in ("self_extend:group=3,window=8", "dca:chunk_size=24,local_size=4"):
-        extend(model, spec)
+    calibration = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(2))
+    for spec in ("self_extend:group=3,window=8", "dca:chunk_size=24,local_size=4", "dpe:scales=2-3-4-8,window=8,topk=5"):
+        extend(model, spec, calibration=calibration)   # dpe: its key pairs, 5 of 8 per head
         with torch.no_grad():
             flex_remap.set_triton_mode("force")
             ours = model(ids).logits

@@ -37,6 +37,7 @@ from lengen.encodings.rope import apply_rotary
 from lengen.errors import LengenError
 from lengen.extrapolation.base import repeat_kv
 from lengen.extrapolation.remap import RemapMethod, rotate
+from lengen.kernels.remap_tiles import RemapRule
 
 SCALES_EXAMPLE = "4-4-2-16-32-32-16-128"
 
@@ -122,6 +123,20 @@ class Dpe(RemapMethod):
         s = self.pair_scales().to(pos.device)
         p = torch.floor(pos.double()[..., None] / s)
         return p + (self.window - self.window / s) if query else p
+
+    def remap_rule(self) -> RemapRule:
+        """Self-Extend's window rule (which pairs are near or far); the kernel takes each pair's
+        far position from kernel_pair_groups. The group is the lowest-frequency one's, as below."""
+        s = self.scales[-1]
+        return RemapRule(self.window, group=s, floor=True, q_add=self.window - self.window / s)
+
+    def kernel_pair_groups(self, heads: int) -> torch.Tensor:
+        groups = self.pair_scales()[None].expand(heads, -1)
+        if self.mask is None:
+            return groups.contiguous()
+        if self.mask.shape[0] != heads:
+            raise LengenError(f"dpe: key pairs for {self.mask.shape[0]} heads, the attention has {heads}")
+        return torch.where(self.mask, groups, 0.0)
 
     # RemapMethod's relative_positions reads these: the lowest-frequency group's key pairs
     def far_query_positions(self, pos_q):

@@ -1,5 +1,5 @@
 """One-pass Triton attention for the remapping methods (ReRoPE, Leaky ReRoPE, Self-Extend,
-Lambda / sinks, STRING, Dual Chunk Attention): forward only, from UN-rotated q and k.
+Lambda / sinks, STRING, Dual Chunk Attention, DPE): forward only, from UN-rotated q and k.
 
 A flash-attention loop (online softmax, float32 accumulation) over key tiles, per query tile:
 each (query tile, key tile) is classified from the tiles' position ranges by the method's
@@ -10,7 +10,8 @@ each (query tile, key tile) is classified from the tiles' position ranges by the
   far         no near pair: keys rotated by f_k(p_j), one dot product with q rotated by f_q(p_i)
   straddling  both dot products, the score chosen per element
 
-so only the tiles on the near / far boundary pay twice. Keys are rotated in the kernel, once per
+so only the tiles on the near / far boundary pay twice. DPE's far positions are per head and
+frequency pair (`pair_groups`), so its far q and k are rotated per channel. Keys are rotated in the kernel, once per
 tile and kind, cos / sin from the frequencies (the half-split layout of lengen.encodings.rope,
 rotary dim 2 len(inv_freq) <= head dim); the queries' two rotations once per program. Rotated
 values are rounded to the input dtype before the dot, as `apply_rotary` does. Position
@@ -81,13 +82,14 @@ def _far_k(p, PRM, FLOOR: tl.constexpr, K_MODE: tl.constexpr):
 
 @triton.jit
 def _rotate(x, xp, pos, freq, sgn, FAST_TRIG: tl.constexpr):
-    """x rotated by pos (float64 [N]) in the half-split layout, float32; xp = x's rotate-half
+    """x rotated by pos (float64 [N, 1], or [N, BD]: a position per channel, DPE) in the
+    half-split layout, float32; xp = x's rotate-half
     partner channels, sgn its sign (0 past the rotary dim, where freq = 0 leaves x as it is).
     The angle is rope_cos_sin's float32(pos) x inv_freq, reduced to [-pi, pi] in float64 (exact
     for that float32 value), so cos / sin never take CUDA's slow path for large arguments (past
     ~1e5 radians: position x frequency at 128k tokens) and FAST_TRIG may use the hardware's
     approximate sin / cos (absolute error ~1e-6 on [-pi, pi])."""
-    ang = (pos.to(tl.float32)[:, None] * freq[None, :]).to(tl.float64)
+    ang = (pos.to(tl.float32) * freq[None, :]).to(tl.float64)
     r = (ang - TWO_PI * tl.floor(ang * INV_TWO_PI + 0.5)).to(tl.float32)
     if FAST_TRIG:
         c = libdevice.fast_cosf(r)
@@ -96,6 +98,18 @@ def _rotate(x, xp, pos, freq, sgn, FAST_TRIG: tl.constexpr):
         c = tl.cos(r)
         s = tl.sin(r)
     return x * c + xp * sgn[None, :] * s
+
+
+@triton.jit
+def _pair_positions(p, groups, window, QUERY: tl.constexpr):
+    """DPE's far positions per channel: [N, BD] float64 from positions p [N] and each channel's
+    group size (its pair's; 0: a pair that keeps its true position): floor(p / s), plus
+    W - W / s for queries, as lengen.extrapolation.dpe.Dpe.grouped_positions."""
+    s = tl.where(groups > 0, groups, 1.0)[None, :]
+    f = tl.floor(p[:, None] / s)
+    if QUERY:
+        f = f + (window - window / s)
+    return tl.where(groups[None, :] > 0, f, p[:, None])
 
 
 @triton.jit
@@ -114,7 +128,7 @@ def _dot(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
 
 @triton.jit
 def _remap_attention_fwd(
-    Q, K, V, O, LSE, PQ, PK, KLEN, INV_FREQ, PRM, COUNTS,
+    Q, K, V, O, LSE, PQ, PK, KLEN, INV_FREQ, PRM, COUNTS, PAIRS,
     s_qb, s_qh, s_qt, s_kb, s_kh, s_kt, s_vb, s_vh, s_vt,
     s_os, s_ob, s_oh, s_ot, s_ls, s_lb, s_lh,
     s_pqb, s_pkb,
@@ -122,7 +136,7 @@ def _remap_attention_fwd(
     GROUP_SIZE: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, ROT: tl.constexpr,
     BD: tl.constexpr, BDV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     CHUNK: tl.constexpr, FLOOR: tl.constexpr, K_MODE: tl.constexpr, HAS_QMAX: tl.constexpr,
-    HAS_NGLOBAL: tl.constexpr, HAS_KLEN: tl.constexpr, CAUSAL_PREFIX: tl.constexpr,
+    HAS_NGLOBAL: tl.constexpr, HAS_KLEN: tl.constexpr, CAUSAL_PREFIX: tl.constexpr, PER_PAIR: tl.constexpr,
     COUNT: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, FAST_TRIG: tl.constexpr,
 ):
     m_tile = tl.program_id(0)
@@ -155,8 +169,12 @@ def _remap_attention_fwd(
     qmask = row_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + offs_d[None, :], mask=qmask, other=0.0).to(tl.float32)
     qp = tl.load(q_ptr + partner[None, :], mask=qmask, other=0.0).to(tl.float32)
-    q_near = _rotate(q, qp, pq, freq, sgn, FAST_TRIG).to(DT)
-    q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX), freq, sgn, FAST_TRIG).to(DT)
+    q_near = _rotate(q, qp, pq[:, None], freq, sgn, FAST_TRIG).to(DT)
+    if PER_PAIR:  # DPE: this head's group size per channel (0 past the rotary dim: true positions)
+        groups = tl.load(PAIRS + h * HALF + (offs_d % HALF), mask=offs_d < ROT, other=0.0)
+        q_far = _rotate(q, qp, _pair_positions(pq, groups, window, True), freq, sgn, FAST_TRIG).to(DT)
+    else:
+        q_far = _rotate(q, qp, _far_q(pq, PRM, FLOOR, HAS_QMAX)[:, None], freq, sgn, FAST_TRIG).to(DT)
     q_min = tl.min(tl.where(row_ok, pq, float("inf")), 0)
     q_max = tl.max(tl.where(row_ok, pq, float("-inf")), 0)
 
@@ -211,7 +229,7 @@ def _remap_attention_fwd(
             kp = tl.load(k_ptr + partner[None, :], mask=kmask, other=0.0).to(tl.float32)
             s = tl.full([BM, BN], float("-inf"), tl.float32)
             if near_any:
-                k_near = _rotate(k, kp, pk, freq, sgn, FAST_TRIG).to(DT)
+                k_near = _rotate(k, kp, pk[:, None], freq, sgn, FAST_TRIG).to(DT)
                 s_near = _dot(q_near, tl.trans(k_near), IEEE, UPCAST)
                 if near_full:
                     s = s_near * scale_log2
@@ -224,10 +242,12 @@ def _remap_attention_fwd(
                         is_near = (delta >= 0) & (delta < window)
                     s = tl.where(is_near & col_ok[None, :], s_near * scale_log2, s)
             if far_any:
-                if K_MODE == 0:
+                if PER_PAIR:
+                    k_far = _rotate(k, kp, _pair_positions(pk, groups, window, False), freq, sgn, FAST_TRIG).to(DT)
+                elif K_MODE == 0:
                     k_far = k.to(DT)
                 else:
-                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE), freq, sgn, FAST_TRIG).to(DT)
+                    k_far = _rotate(k, kp, _far_k(pk, PRM, FLOOR, K_MODE)[:, None], freq, sgn, FAST_TRIG).to(DT)
                 s_far = _dot(q_far, tl.trans(k_far), IEEE, UPCAST)
                 if far_full:
                     s = s_far * scale_log2
@@ -349,13 +369,16 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
                     k_len: torch.Tensor | None = None, causal_prefix: bool = False,
                     block_m: int | None = None, block_n: int | None = None, splits: int | None = None,
                     counts: torch.Tensor | None = None, num_warps: int | None = None,
-                    num_stages: int | None = None):
+                    num_stages: int | None = None, pair_groups: torch.Tensor | None = None):
     """(o [B, H, Tq, dv] in q's dtype, lse [B, H, Tq] float32) of the remapped causal attention
     (module docstring). scale multiplies the logits (attention factors folded in).
     causal_prefix: the caller knows the positions increase and the queries are the last Tq keys
     (prefill, chunked prefill): key tiles past a query tile's last key are not visited at all.
     splits: key splits (flash-decoding, merged by log-sum-exp); counts: an int32 [4] tensor the
-    tile classes are added to (STRADDLING, NEAR, FAR, SKIPPED), for tests and benchmarks."""
+    tile classes are added to (STRADDLING, NEAR, FAR, SKIPPED), for tests and benchmarks.
+    pair_groups: DPE's [H, rot/2] group size per query head and frequency pair (0: the pair keeps
+    its true position); the far positions are then per pair (`_pair_positions`), the rule giving
+    only the window."""
     B, H, Tq, D = q.shape
     Bk, Hkv, Tk, Dk = k.shape
     DV = v.shape[-1]
@@ -368,6 +391,11 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
     if rot > D or rot < 2:
         raise ValueError(f"rotary dim {rot} (2 len(inv_freq)) must be in [2, head dim {D}]")
     dev = q.device
+    if pair_groups is not None:
+        if tuple(pair_groups.shape) != (H, rot // 2) or rule.chunk > 0:
+            raise ValueError(f"pair_groups must be [{H}, {rot // 2}] (query heads, frequency pairs) with a "
+                             f"window rule, got {tuple(pair_groups.shape)}, chunk {rule.chunk}")
+        pair_groups = pair_groups.to(device=dev, dtype=torch.float64).contiguous()
     q = q if q.stride(-1) == 1 else q.contiguous()
     k = k if k.stride(-1) == 1 else k.contiguous()
     v = v if v.stride(-1) == 1 else v.contiguous()
@@ -397,7 +425,7 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
         extra["num_stages"] = num_stages
     grid = (m_tiles, B * H, S)
     _remap_attention_fwd[grid](
-        q, k, v, o, lse, pq, pk, kl, inv, _params(rule, dev), cnt,
+        q, k, v, o, lse, pq, pk, kl, inv, _params(rule, dev), cnt, pq if pair_groups is None else pair_groups,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         o.stride(0), o.stride(1), o.stride(2), o.stride(3), lse.stride(0), lse.stride(1), lse.stride(2),
@@ -408,6 +436,7 @@ def remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule: RemapRule, scale: flo
         CHUNK=rule.chunk > 0, FLOOR=bool(rule.floor), K_MODE=K_MODES.index(rule.k_mode),
         HAS_QMAX=math.isfinite(rule.q_max), HAS_NGLOBAL=math.isfinite(rule.n_global),
         HAS_KLEN=k_len is not None, CAUSAL_PREFIX=bool(causal_prefix), COUNT=counts is not None,
+        PER_PAIR=pair_groups is not None,
         IEEE=q.dtype == torch.float32, UPCAST=_upcast_dot(q.dtype),
         FAST_TRIG=bool(cfg["fast_trig"]) and not _interpreted(), **extra,
     )
