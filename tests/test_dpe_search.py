@@ -94,7 +94,26 @@ def test_a_planted_separable_optimum_is_found_exactly_despite_early_stopping():
     # the authors' procedure alone (no refinement): the same vector
     alone = search(spaces_for(["dpe"], 8192, 32768), planted(optimum), n_items=2, budget_s=1e9, refine=False)
     assert alone.best(2).spec == best.spec
-    assert len(alone.trials) == 8 * 5 + 1 + 1
+    assert len(alone.trials) == 8 * 5 + 1 + 2     # the assembled vector, and it with +logn
+    assert [t.spec for t in alone.trials if t.stage == "assemble"] == [best.spec, best.spec + "+logn"]
+
+
+def test_the_assembled_vector_with_logn_can_win_and_refinement_keeps_its_logn():
+    """+logn is tried on the assembled vector only (the sweep has none); when it is better, the
+    refinement round halves and doubles its scales with +logn kept. --no-logn: not tried at all."""
+    def objective(setting, i):
+        return planted((16, 2))(setting, i) - (0.25 if setting.logn else 0.0)
+
+    result = search([dpe_space(64, 128, groups=2, logn=True)], objective, n_items=1, budget_s=1e9)
+    assert [t.spec for t in result.trials if t.setting.logn] == [
+        "dpe:scales=16-2,window=8+logn", "dpe:scales=8-2,window=8+logn", "dpe:scales=16-1,window=8+logn",
+        "dpe:scales=16-4,window=8+logn"]   # 16-4 without log-n was in the sweep; with it, not
+    assert result.best(1).spec == "dpe:scales=16-2,window=8+logn" and result.best(1).mean == 0.75
+    plain = search([dpe_space(64, 128, groups=2)], objective, n_items=1, budget_s=1e9)
+    assert not any(t.setting.logn for t in plain.trials)
+    for logn in (False, True):   # the tune's --no-logn reaches the space
+        best = search(spaces_for(["dpe"], 64, 128, logn=logn), objective, n_items=1, budget_s=1e9).best(1)
+        assert best.spec == "dpe:scales=16-2-4-4-4-4-4-4,window=8" + ("+logn" if logn else "")
 
 
 def test_a_budget_cut_resumes_without_scoring_again():

@@ -352,14 +352,14 @@ def test_no_better_than_compares_on_the_evaluation_slice(chosen, rope, default, 
 
 
 def planted_dpe(optimum):
-    """ModelObjective.__call__'s stand-in: NLL 1 + sum_g (log2 s_g - log2 s*_g)^2 for a dpe spec,
-    9 for plain RoPE; no model."""
+    """ModelObjective.__call__'s stand-in: NLL 1 + sum_g (log2 s_g - log2 s*_g)^2 for a dpe spec
+    (+ 0.01 with +logn), 9 for plain RoPE; no model."""
     def call(self, setting, i):
         spec = setting if isinstance(setting, str) else setting.spec
         if spec == "rope":
             return 9.0
         scales = [int(v) for v in spec.split("scales=")[1].split(",")[0].split("-")]
-        return 1.0 + sum((math.log2(s) - math.log2(o)) ** 2 for s, o in zip(scales, optimum))
+        return 1.0 + sum((math.log2(s) - math.log2(o)) ** 2 for s, o in zip(scales, optimum)) + 0.01 * ("+logn" in spec)
     return call
 
 
@@ -377,8 +377,10 @@ def test_methods_dpe_sweeps_one_group_at_a_time_and_reports_the_assembled_vector
     assert result["chosen"] == "dpe:scales=16-1-4-4-2-4-4-8,window=8" and result["tune_ppl"] == pytest.approx(math.e)
     ranking = result["ranking"]
     assert ranking[0]["stage"] == "assemble" and ranking[0]["status"] == "done"
-    # 8 groups x 4 scales besides the base, the all-4 vector (the default) and the assembled one
-    assert len(ranking) == 8 * 4 + 2 and {r["status"] for r in ranking} == {"done", "stopped"}
+    # 8 groups x 4 scales besides the base, the all-4 vector (the default), the assembled one and
+    # it with +logn (which the planted objective scores 0.01 worse)
+    assert len(ranking) == 8 * 4 + 3 and {r["status"] for r in ranking} == {"done", "stopped"}
+    assert ranking[1]["spec"] == "dpe:scales=16-1-4-4-2-4-4-8,window=8+logn"
     # a setting its own group's best beats by > 0.5 nats stops after one sequence
     assert result["meta"]["new_evaluations"] == sum(r["sequences"] for r in ranking) < (8 * 4 + 2) * 2
     assert [r["spec"] for r in ranking if r["default"]] == ["dpe:scales=4-4-4-4-4-4-4-4,window=8"]

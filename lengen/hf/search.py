@@ -7,7 +7,7 @@ Order of evaluation (every step round-robin over the methods, so a short budget 
   1. each method's documented default (with and without +logn),
   2. the coarse grid (for dpe, its authors' sweep: one frequency group at a time, the others fixed),
   3. settings built from the grid's scores, with or without refinement (dpe: the vector of each
-     group's best scale),
+     group's best scale, and that vector with +logn),
   4. refinement rounds: around each method's best finished setting, for one numeric option at a
      time, the geometric midpoints sqrt(v * n) between its value v and the nearest values n tried
      below and above (at the edge of what was tried, one step outward instead, v^2 / n). A method
@@ -331,13 +331,16 @@ class DpeSpace(Space):
     """DPE's per-group scales (option "scales": one integer per frequency group, written
     "4-4-2-16-...") at a fixed window, searched as its authors detect them (their offline step A):
     for each group in turn, every other group at `base`, that group's scale over grid["scales"];
-    then the vector of each group's best scale ("assembled"). Refinement: around the method's best
-    vector, each group's scale halved and doubled, the others kept, within grid["scales"]'s range."""
+    then the vector of each group's best scale ("assembled"), and with `logn_assembled` that vector
+    with +logn too (log-n is every other method's option in the search; the sweep itself has none).
+    Refinement: around the method's best vector, each group's scale halved and doubled, the others
+    kept (and its +logn), within grid["scales"]'s range."""
     base: int = 1
     groups: int = DPE_GROUPS
+    logn_assembled: bool = False
 
-    def _vector(self, scales: tuple) -> Setting:
-        return self.setting({"scales": scales, "window": self.default["window"]})
+    def _vector(self, scales: tuple, logn: bool = False) -> Setting:
+        return self.setting({"scales": scales, "window": self.default["window"]}, logn)
 
     def coarse(self) -> list[Setting]:
         sweep = [tuple(c if i == g else self.base for i in range(self.groups))
@@ -369,29 +372,30 @@ class DpeSpace(Space):
         for g in range(self.groups):
             sweep = [t for t in done if g in self.sweeps(t.setting)]
             best.append(min(sweep, key=lambda t: t.mean).setting.get("scales")[g] if sweep else self.base)
-        return [self._vector(tuple(best))]
+        return [self._vector(tuple(best), logn) for logn in ((False, True) if self.logn_assembled else (False,))]
 
     def around(self, best: Setting, tried: list[Setting]) -> list[Setting]:
         lo, hi = min(self.grid["scales"]), max(self.grid["scales"])
         scales = best.get("scales")
-        out = [self._vector(scales[:g] + (v,) + scales[g + 1:]) for g in range(self.groups)
+        out = [self._vector(scales[:g] + (v,) + scales[g + 1:], best.logn) for g in range(self.groups)
                for v in (scales[g] // 2, scales[g] * 2) if lo <= v <= hi and v != scales[g]]
         return [s for s in dict.fromkeys(out) if s not in tried]
 
 
-def dpe_space(L0: int, L: int, groups: int = DPE_GROUPS) -> DpeSpace:
-    """DPE at target length L from L0 (no +logn: the authors' sweep, at twice the cost otherwise).
+def dpe_space(L0: int, L: int, groups: int = DPE_GROUPS, logn: bool = False) -> DpeSpace:
+    """DPE at target length L from L0. The sweep has no +logn (the authors', at twice the cost
+    otherwise); `logn` adds the assembled vector with +logn, one setting.
     Window W = L0 / 8 (the authors' 1024 at 8k); the other groups at 2 L / L0, rounded up to a
     power of two (its largest far distance, (L - W) / s + W, then stays under L0 / 2 + W); each
     group over the scales L / l for l = L, L / 2, ..., W: the powers of two 1 .. L / W, the
     DPE_CANDIDATES largest when there are more. top-k is left to the method's default. Cost: the
     sweep's groups x (candidates - 1) + 1 settings (the all-base vector is every group's), then
-    the assembled vector; refinement adds up to 2 x groups a round."""
+    the assembled vector (and its +logn); refinement adds up to 2 x groups a round."""
     window = max(1, L0 // 8)
     scales = [1 << k for k in range(max(1, L // window).bit_length()) if (1 << k) * window <= L][-DPE_CANDIDATES:]
     base = _pow2_from(2 * L / L0, 1)[0]
     return DpeSpace("dpe", {"scales": scales, "window": [window]}, {"scales": (base,) * groups, "window": window},
-                    integer=("scales", "window"), logn=False, base=base, groups=groups)
+                    integer=("scales", "window"), logn=False, base=base, groups=groups, logn_assembled=logn)
 
 
 SPACES = {
@@ -403,7 +407,7 @@ SPACES = {
     "ntk": lambda L0, L, logn: _frequency("ntk", L0, L, logn),
     "dynamic": lambda L0, L, logn: _frequency("dynamic", L0, L, logn),
     "pi": lambda L0, L, logn: _frequency("pi", L0, L, logn),
-    "dpe": lambda L0, L, logn: dpe_space(L0, L),
+    "dpe": lambda L0, L, logn: dpe_space(L0, L, logn=logn),
 }
 DEFAULT_METHODS = ("self_extend", "dca", "rerope", "yarn")
 

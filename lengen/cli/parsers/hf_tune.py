@@ -23,7 +23,8 @@ with +logn unless --no-logn; each method's documented default is always tried fi
   dpe           its authors' sweep of the 8 frequency groups' scales, window W = L0/8, no +logn:
                 each group in turn over 1, 2, 4, ... L/W (the 8 largest at most), the others at
                 2s rounded up to a power of two (the default); then the vector of each group's
-                best. Cost: 8 x (candidates - 1) + 2 settings (34 at 16k from 8k, 42 at 32k)
+                best, and (unless --no-logn) that vector with +logn. Cost: 8 x (candidates - 1)
+                + 3 settings (35 at 16k from 8k, 43 at 32k)
 then refinement: around each method's best, geometric midpoints between an option's value and the
 nearest values tried (one step outward at an edge), while a round improves; options stay in range
 (windows < L0, factors in 1..4s, the capacity rules above); dpe: each group's scale halved and
