@@ -130,13 +130,24 @@ class Dpe(RemapMethod):
         s = self.scales[-1]
         return RemapRule(self.window, group=s, floor=True, q_add=self.window - self.window / s)
 
-    def kernel_pair_groups(self, heads: int) -> torch.Tensor:
-        groups = self.pair_scales()[None].expand(heads, -1)
-        if self.mask is None:
-            return groups.contiguous()
-        if self.mask.shape[0] != heads:
-            raise LengenError(f"dpe: key pairs for {self.mask.shape[0]} heads, the attention has {heads}")
-        return torch.where(self.mask, groups, 0.0)
+    def kernel_pair_groups(self, heads: int, device=None) -> torch.Tensor:
+        """[heads, n_pairs] float64 on `device`: each head's group size per frequency pair, 0 where
+        the pair keeps its true position (not a key pair); the Triton kernel's `pair_groups`
+        (lengen.kernels.flex_remap hands it over). Made once per mask, heads and device: a decode
+        step's layers would otherwise each copy it from the host."""
+        mask, tables = self.__dict__.get("_pair_tables", (None, None))
+        if tables is None or mask is not self.mask:   # a layer copy shares its parent's until here
+            tables = {}
+            self._pair_tables = (self.mask, tables)
+        key = (heads, str(device))
+        if key not in tables:
+            groups = self.pair_scales()[None].expand(heads, -1)
+            if self.mask is not None:
+                if self.mask.shape[0] != heads:
+                    raise LengenError(f"dpe: key pairs for {self.mask.shape[0]} heads, the attention has {heads}")
+                groups = torch.where(self.mask, groups, 0.0)
+            tables[key] = groups.contiguous().to(device)
+        return tables[key]
 
     # RemapMethod's relative_positions reads these: the lowest-frequency group's key pairs
     def far_query_positions(self, pos_q):

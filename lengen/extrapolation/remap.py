@@ -80,12 +80,6 @@ class RemapMethod(ExtrapolationMethod):
         None: the method has none, the flex / blockwise paths run."""
         return None
 
-    def kernel_pair_groups(self, heads: int) -> torch.Tensor | None:
-        """[heads, rotary_dim / 2] float64 group sizes per head and frequency pair for the kernel
-        (0: the pair's true position), for methods whose far positions differ per pair (DPE); None:
-        one far position per token, the rule's."""
-        return None
-
     def kernel_rule(self, pos_q, pos_k, attention_factor, scale) -> tuple[RemapRule, float]:
         """(rule, logit scale) the Triton kernel runs: attention_factor multiplies cos and sin of
         q and k, so its square joins the scale."""

@@ -71,8 +71,8 @@ def calibration_ids(model: nn.Module, tokenizer=None, source: str | None = None,
     prefix = np.array(bos_prefix(tokenizer), dtype=np.int64)
     n = length - len(prefix)
     pieces = long_sequences(docs.docs, n, count, docs.eos)
-    # a text of few long documents (one book): their further pieces, consecutive, not overlapping
-    pieces += [d[i:i + n].astype(np.int64) for d in docs.docs for i in range(n, len(d) - n + 1, n)]
+    if len(pieces) < count:   # a text of few long documents (one book): their further pieces, in order
+        pieces += [d[i:i + n].astype(np.int64) for d in docs.docs for i in range(n, len(d) - n + 1, n)]
     seqs = [np.concatenate([prefix, s]) for s in pieces[:count]]
     if len(seqs) < count:
         raise LengenError(f"the calibration text {docs.source} gives {len(seqs)} sequences of {length} tokens, "

@@ -126,7 +126,7 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     chosen = result.best(len(tune_slice))
     passkey = {}
     if chosen is not None and settings.passkey:
-        chosen, passkey = _passkey_choice(get_model, tokenizer, result, len(tune_slice), settings, L0, device,
+        chosen, passkey = _passkey_choice(get_model, calibration, result, len(tune_slice), settings, L0, device,
                                           cache, save)
     if chosen is None:
         raise LengenError(f"the budget ({settings.budget:g} min) ended before any setting was scored on "
@@ -135,10 +135,10 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     default = spaces_for([chosen.setting.method], L0, settings.length, False)[0].defaults()[0]
     report = _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, slices["eval_tokens"],
                        {"chosen": chosen.spec, "rope": "rope", "default": default.spec}, save, progress,
-                       tokenizer)
+                       calibration)
     if settings.passkey:   # other prompts than the ones the choice was made on
         for row in report:
-            row["eval_passkey"] = _passkey_cached(get_model, tokenizer, row["spec"], settings, L0, device,
+            row["eval_passkey"] = _passkey_cached(get_model, calibration, row["spec"], settings, L0, device,
                                                   cache, settings.seed + 1, save)
     call = f'lengen.hf.extend(model, "{chosen.spec}"' + (
         f", train_length={settings.train_length})" if settings.train_length else ")")
@@ -162,27 +162,28 @@ def tune(settings: TuneSettings | None = None, *, out: str | Path = "runs/hf-tun
     return output
 
 
-def _passkey_choice(get_model, tokenizer, result: SearchResult, n_items: int, settings: TuneSettings, L0: int,
-                    device, cache: dict, save):
+def _passkey_choice(get_model, calibration: CalibrationText, result: SearchResult, n_items: int,
+                    settings: TuneSettings, L0: int, device, cache: dict, save):
     """Optional passkey objective: each method's best finished setting (by tune perplexity) gets
     settings.passkey prompts (seed settings.seed); the choice is the highest accuracy, ties broken by
     tune perplexity. Returns (chosen trial, {spec: accuracy})."""
     finalists = sorted((b for m in settings.methods if (b := result.best(n_items, m)) is not None),
                        key=lambda t: t.mean)
-    accuracy = {t.spec: _passkey_cached(get_model, tokenizer, t.spec, settings, L0, device, cache, settings.seed,
+    accuracy = {t.spec: _passkey_cached(get_model, calibration, t.spec, settings, L0, device, cache, settings.seed,
                                         save) for t in finalists}
     return max(finalists, key=lambda t: (accuracy[t.spec], -t.mean)), accuracy
 
 
-def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0: int, device, cache: dict,
-                    seed: int, save) -> float:
-    """Passkey accuracy of `spec` at settings.length on settings.passkey prompts of `seed` (cached)."""
+def _passkey_cached(get_model, calibration: CalibrationText, spec: str, settings: TuneSettings, L0: int, device,
+                    cache: dict, seed: int, save) -> float:
+    """Passkey accuracy of `spec` at settings.length on settings.passkey prompts of `seed` (cached);
+    the prompts are built with calibration.tokenizer, the run's."""
     scores = cache.setdefault("passkey", {}).setdefault(f"seed={seed},trials={settings.passkey}", {})
     if spec not in scores:
-        model = get_model()
+        model, tokenizer = get_model(), calibration.tokenizer
         pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         if spec != "rope":
-            extend(model, spec, train_length=L0, calibration=CalibrationText(tokenizer, settings.text))
+            extend(model, spec, train_length=L0, calibration=calibration)
         try:
             with precision_context(settings.precision, device):
                 (point,) = passkey_accuracy(greedy_fn(model, pad), tokenizer.encode, tokenizer.decode,
@@ -196,11 +197,10 @@ def _passkey_cached(get_model, tokenizer, spec: str, settings: TuneSettings, L0:
 
 
 def _evaluate(get_model, eval_slice, segment, L0, settings, device, cache, digest, specs: dict, save,
-              progress: bool, tokenizer) -> list[dict]:
+              progress: bool, calibration: CalibrationText) -> list[dict]:
     """Each spec's last-segment perplexity on the evaluation slice (cached per slice digest)."""
     scores = cache["eval"].setdefault(digest, {})
-    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device,
-                               CalibrationText(tokenizer, settings.text))
+    objective = ModelObjective(get_model, eval_slice, segment, L0, settings.precision, device, calibration)
     todo = sum(len(eval_slice) - len(scores.get(s, [])) for s in dict.fromkeys(specs.values()))
     bar = progress_bar(todo, "hf tune: evaluation slice", disable=not progress or not todo, unit="seq")
     try:

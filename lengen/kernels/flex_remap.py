@@ -215,10 +215,10 @@ def _try_triton(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale
 
         rule, logit_scale = method.kernel_rule(pos_q, pos_k, attention_factor, scale)
         prefix = triton_remap.queries_are_last_keys(pos_q, pos_k)
-        pairs = getattr(method, "kernel_pair_groups", None)   # DPE's far positions per pair
+        pairs = getattr(method, "kernel_pair_groups", None)   # DPE: a far position per pair (Dpe)
         return triton_remap.remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule, logit_scale,
                                             causal_prefix=prefix,
-                                            pair_groups=pairs(q.shape[1]) if pairs else None)[0]
+                                            pair_groups=pairs(q.shape[1], q.device) if pairs else None)[0]
     except Exception as e:  # noqa: BLE001 - any import / compile / launch failure: fall back
         if _triton_mode == "force":
             raise
