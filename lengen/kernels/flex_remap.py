@@ -215,7 +215,7 @@ def _try_triton(method, q, k, v, pos_q, pos_k, inv_freq, attention_factor, scale
 
         rule, logit_scale = method.kernel_rule(pos_q, pos_k, attention_factor, scale)
         prefix = triton_remap.queries_are_last_keys(pos_q, pos_k)
-        pairs = getattr(method, "kernel_pair_groups", None)   # DPE: a far position per pair (Dpe)
+        pairs = getattr(method, "kernel_pair_groups", None)   # Dpe only (DualChunk has no RemapMethod base)
         return triton_remap.remap_attention(q, k, v, pos_q, pos_k, inv_freq, rule, logit_scale,
                                             causal_prefix=prefix,
                                             pair_groups=pairs(q.shape[1], q.device) if pairs else None)[0]
